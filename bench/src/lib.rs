@@ -1,0 +1,39 @@
+//! laneway-bench: laneway's own S3 client, load generator and probes.
+//!
+//! The library half is a small SigV4-signing S3 client over hyper
+//! ([`S3Client`]) shared by the `laneway-bench` binary and the gateway's
+//! crash-recovery test, plus the pieces the benchmark modes are built from.
+//!
+//! Layout:
+//! - client: `client` (pool, signing plumbing, timeouts), `ops` (the S3
+//!   operations), `sign` (SigV4), `xml` (reading answers), `body`
+//!   (streamed request bodies), `error`;
+//! - measuring: `histogram` (log-linear latency histogram), `report`
+//!   (counters and the printed table), `rss` (server RSS sampler);
+//! - modes: `workload` (timed put/get/head/tag/mixed), `fill` (bulk load
+//!   and key naming), `list` (LIST walks), `null_server` (the ceiling),
+//!   `fsync` (the durable-append probe);
+//! - helpers: `content` (deterministic object bytes), `size` (`4KiB`).
+
+pub mod body;
+pub mod client;
+pub mod content;
+pub mod error;
+pub mod fill;
+pub mod fsync;
+pub mod histogram;
+pub mod list;
+pub mod null_server;
+pub mod ops;
+pub mod report;
+pub mod rss;
+pub mod sign;
+pub mod size;
+pub mod workload;
+pub mod xml;
+
+pub use body::{ChunkFn, ReqBody};
+pub use client::S3Client;
+pub use error::ClientError;
+pub use ops::{GetOutput, HeaderExt, ListRequest, ObjectHeaders, PutOptions};
+pub use xml::ListPage;

@@ -1,0 +1,2 @@
+//! laneway-bench: load generator and probes (CLI in progress).
+fn main() {}

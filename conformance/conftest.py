@@ -1,0 +1,281 @@
+"""Fixtures of the laneway conformance suite.
+
+The suite talks to the real `laneway` binary with real clients (boto3 and the
+aws CLI v1) at their default configuration, and asserts S3 behaviour as AWS
+defines it.
+
+Server: one `laneway serve` per session, started from $LANEWAY_BIN (default
+target/release/laneway) on 127.0.0.1:0 with a temporary data dir and fixed
+test credentials. The fixture waits for the line
+`laneway listening on http://ADDR` on stdout. Its stdout/stderr go to files
+that are printed at the end of a failing run.
+
+To point the suite at an already running endpoint instead (for example to
+check a test against another S3 implementation), set LANEWAY_ENDPOINT and,
+if needed, LANEWAY_TEST_ACCESS_KEY / LANEWAY_TEST_SECRET_KEY.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+REGION = "us-east-1"
+# Fixed test credentials: a 20-character access key id and a 40-character
+# secret, the shapes AWS uses.
+ACCESS_KEY = os.environ.get("LANEWAY_TEST_ACCESS_KEY", "LWCONFORMANCETEST001")
+SECRET_KEY = os.environ.get(
+    "LANEWAY_TEST_SECRET_KEY", "laneway/conformance+SecretKey0123456789a"
+)
+assert len(SECRET_KEY) == 40 or "LANEWAY_TEST_SECRET_KEY" in os.environ
+
+READY_RE = re.compile(r"laneway listening on (http://[^\s]+)")
+STARTUP_TIMEOUT_S = 60.0
+
+
+def _isolate_aws_environment() -> None:
+    """Keep the user's AWS config, profiles and env vars out of the suite.
+
+    Runs at import time, before any botocore session exists: botocore reads
+    AWS_* variables and ~/.aws/config lazily, and a stray `s3 =
+    addressing_style`, `AWS_ENDPOINT_URL` or `AWS_PROFILE` would change what
+    the clients send.
+    """
+    for name in list(os.environ):
+        if name.startswith("AWS_"):
+            del os.environ[name]
+    cfg_dir = Path(tempfile.mkdtemp(prefix="laneway-awscfg-"))
+    (cfg_dir / "config").write_text("")
+    (cfg_dir / "credentials").write_text("")
+    os.environ["AWS_CONFIG_FILE"] = str(cfg_dir / "config")
+    os.environ["AWS_SHARED_CREDENTIALS_FILE"] = str(cfg_dir / "credentials")
+    os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
+
+
+_isolate_aws_environment()
+
+import boto3  # noqa: E402  (must come after the environment is isolated)
+
+# Paths of the running server's logs, printed by pytest_terminal_summary when
+# the run fails.
+_SERVER_LOGS: dict[str, Path] = {}
+
+
+@dataclass
+class Server:
+    endpoint: str
+    access_key: str
+    secret_key: str
+    region: str = REGION
+
+
+def _tail(path: Path, lines: int) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError as e:
+        return f"<cannot read {path}: {e}>"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _binary_path() -> Path:
+    raw = os.environ.get("LANEWAY_BIN") or str(REPO_ROOT / "target/release/laneway")
+    path = Path(raw)
+    if not path.is_absolute():
+        # scripts/test.sh passes a path relative to the repository root.
+        candidate = REPO_ROOT / path
+        path = candidate if candidate.exists() else Path.cwd() / path
+    return path
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory) -> Server:
+    external = os.environ.get("LANEWAY_ENDPOINT")
+    if external:
+        yield Server(endpoint=external.rstrip("/"), access_key=ACCESS_KEY, secret_key=SECRET_KEY)
+        return
+
+    binary = _binary_path()
+    if not binary.is_file():
+        pytest.fail(
+            f"laneway binary not found at {binary}: build it with "
+            "`cargo build --release -p laneway-gateway` or set LANEWAY_BIN",
+            pytrace=False,
+        )
+    workdir = tmp_path_factory.mktemp("laneway-server")
+    data_dir = workdir / "data"
+    stdout_path = workdir / "stdout.log"
+    stderr_path = workdir / "stderr.log"
+    _SERVER_LOGS.update(stdout=stdout_path, stderr=stderr_path)
+
+    env = dict(os.environ)
+    env.setdefault("RUST_BACKTRACE", "1")
+    cmd = [
+        str(binary),
+        "serve",
+        "--data-dir",
+        str(data_dir),
+        "--listen",
+        "127.0.0.1:0",
+        "--access-key",
+        ACCESS_KEY,
+        "--secret-key",
+        SECRET_KEY,
+    ]
+    with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            env=env,
+            start_new_session=True,
+        )
+
+    endpoint: Optional[str] = None
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        match = READY_RE.search(stdout_path.read_text(errors="replace"))
+        if match:
+            endpoint = match.group(1).rstrip("/")
+            break
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    if endpoint is None:
+        code = proc.poll()
+        if code is None:
+            proc.kill()
+            proc.wait()
+        pytest.fail(
+            f"laneway did not print 'laneway listening on http://ADDR' within "
+            f"{STARTUP_TIMEOUT_S:.0f}s (exit code {code}).\n"
+            f"command: {' '.join(cmd)}\n"
+            f"--- stdout ---\n{_tail(stdout_path, 50)}\n"
+            f"--- stderr ---\n{_tail(stderr_path, 100)}",
+            pytrace=False,
+        )
+
+    yield Server(endpoint=endpoint, access_key=ACCESS_KEY, secret_key=SECRET_KEY)
+
+    died_with = proc.poll()
+    if died_with is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    if died_with is not None:
+        pytest.fail(
+            f"laneway exited during the run with code {died_with}\n"
+            f"--- stderr ---\n{_tail(stderr_path, 100)}",
+            pytrace=False,
+        )
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if exitstatus == 0 or not _SERVER_LOGS:
+        return
+    for name in ("stdout", "stderr"):
+        path = _SERVER_LOGS[name]
+        terminalreporter.write_sep("=", f"laneway server {name} (last 200 lines): {path}")
+        terminalreporter.write_line(_tail(path, 200))
+
+
+def make_client(server: Server, **overrides):
+    """A boto3 S3 client at the default configuration, except the endpoint,
+    the region and the credentials (overridable, for the auth tests)."""
+    session = boto3.session.Session()
+    return session.client(
+        "s3",
+        endpoint_url=overrides.pop("endpoint_url", server.endpoint),
+        region_name=overrides.pop("region_name", server.region),
+        aws_access_key_id=overrides.pop("aws_access_key_id", server.access_key),
+        aws_secret_access_key=overrides.pop("aws_secret_access_key", server.secret_key),
+        **overrides,
+    )
+
+
+@pytest.fixture(scope="session")
+def s3(server):
+    return make_client(server)
+
+
+@pytest.fixture(scope="session")
+def client_factory(server) -> Callable[..., object]:
+    return lambda **overrides: make_client(server, **overrides)
+
+
+def unique_bucket_name(hint: str = "b") -> str:
+    """A valid, unique bucket name: lowercase hint + random suffix."""
+    stem = re.sub(r"[^a-z0-9]+", "-", hint.lower()).strip("-")[:40].strip("-") or "b"
+    return f"{stem}-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def bucket_name(request) -> str:
+    """A fresh bucket name for this test (not created)."""
+    return unique_bucket_name(request.node.name.removeprefix("test_"))
+
+
+@pytest.fixture
+def bucket(s3, bucket_name) -> str:
+    """A freshly created bucket for this test. The data dir is temporary, so
+    it is not emptied or deleted afterwards."""
+    s3.create_bucket(Bucket=bucket_name)
+    return bucket_name
+
+
+@pytest.fixture(scope="session")
+def aws_cli(server, tmp_path_factory):
+    """Run the aws CLI (v1, from this venv) against the server.
+
+    Returns run(*args, check=True) -> CompletedProcess (text output). The
+    user's config and credentials files are replaced by empty ones and every
+    AWS_* variable is dropped, so only what is passed here applies.
+    """
+    cfg_dir = tmp_path_factory.mktemp("awscli-config")
+    (cfg_dir / "config").write_text("")
+    (cfg_dir / "credentials").write_text("")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(
+        AWS_ACCESS_KEY_ID=server.access_key,
+        AWS_SECRET_ACCESS_KEY=server.secret_key,
+        AWS_DEFAULT_REGION=server.region,
+        AWS_CONFIG_FILE=str(cfg_dir / "config"),
+        AWS_SHARED_CREDENTIALS_FILE=str(cfg_dir / "credentials"),
+        AWS_EC2_METADATA_DISABLED="true",
+        AWS_PAGER="",
+    )
+
+    def run(*args: str, check: bool = True, timeout: float = 180) -> subprocess.CompletedProcess:
+        cmd = [sys.executable, "-m", "awscli", "--endpoint-url", server.endpoint, *args]
+        proc = subprocess.run(
+            cmd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if check and proc.returncode != 0:
+            pytest.fail(
+                f"aws {' '.join(args)} exited {proc.returncode}\n"
+                f"--- stdout ---\n{proc.stdout}\n--- stderr ---\n{proc.stderr}",
+                pytrace=False,
+            )
+        return proc
+
+    return run

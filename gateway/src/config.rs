@@ -1,0 +1,169 @@
+//! Command line and environment configuration of the `laneway` binary.
+//!
+//! Every flag has an environment variable (shown by `--help`); flags win
+//! over the environment, which wins over the documented defaults. Values
+//! are checked once, in [`ServeArgs::validate`], which turns them into a
+//! [`ServeConfig`] or a message saying what is wrong. The secret key's
+//! value is never echoed by `--help`, even when it comes from the
+//! environment.
+
+use clap::{Args, Parser, Subcommand};
+use laneway_store::Engine;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// laneway: a multi-tenant, S3-compatible object store.
+#[derive(Debug, Parser)]
+#[command(name = "laneway", version, about)]
+pub struct Cli {
+    /// What to run.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run everything in one process (gateway and every store partition)
+    /// over a local data directory. The first start creates the directory
+    /// and prints ready-to-paste credentials.
+    Serve(ServeArgs),
+}
+
+/// Flags of `laneway serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Data directory (created on first start).
+    #[arg(long, env = "LANEWAY_DATA_DIR", default_value = "./laneway-data")]
+    pub data_dir: PathBuf,
+
+    /// Address to listen on for S3 requests (port 0 picks a free port; the
+    /// bound address is printed as `laneway listening on http://ADDR`).
+    #[arg(long, env = "LANEWAY_LISTEN", default_value = "127.0.0.1:9000")]
+    pub listen: String,
+
+    /// Region this endpoint answers for (SigV4 scope, bucket location).
+    #[arg(long, env = "LANEWAY_REGION", default_value = "us-east-1")]
+    pub region: String,
+
+    /// Access key id of the first key; used only when a new data directory
+    /// is created (a random one is generated otherwise).
+    #[arg(long, env = "LANEWAY_ACCESS_KEY", requires = "secret_key")]
+    pub access_key: Option<String>,
+
+    /// Secret of the first key; used only when a new data directory is
+    /// created (a random one is generated otherwise).
+    #[arg(long, env = "LANEWAY_SECRET_KEY", requires = "access_key", hide_env_values = true)]
+    pub secret_key: Option<String>,
+
+    /// Number of store partitions of a new data directory (a power of two,
+    /// 1 to 4096) [default: 16]. An existing directory keeps its own;
+    /// asking it for another count is refused.
+    #[arg(long, env = "LANEWAY_PARTITIONS")]
+    pub partitions: Option<u32>,
+
+    /// Metadata engine of a new data directory [default: fjall]. An
+    /// existing directory keeps its own; asking it for another is refused.
+    #[arg(long, env = "LANEWAY_ENGINE", value_parser = ["fjall", "sled"])]
+    pub engine: Option<String>,
+
+    /// Log filter (tracing EnvFilter syntax, e.g. `info` or
+    /// `laneway_gateway=debug`); falls back to RUST_LOG, then `info`.
+    #[arg(long = "log", env = "LANEWAY_LOG")]
+    pub log: Option<String>,
+
+    /// Seconds to let in-flight requests finish after Ctrl-C / SIGTERM.
+    #[arg(long, env = "LANEWAY_SHUTDOWN_GRACE", default_value_t = 30)]
+    pub shutdown_grace: u64,
+}
+
+/// Validated settings of `laneway serve`.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    /// Data directory.
+    pub data_dir: PathBuf,
+    /// Listen address (host:port).
+    pub listen: String,
+    /// Region.
+    pub region: String,
+    /// First key (access key id, secret) for a new data directory.
+    pub initial_key: Option<(String, String)>,
+    /// Partitions asked for (None: the directory's own, 16 when new).
+    pub partitions: Option<u32>,
+    /// Engine asked for (None: the directory's own, fjall when new).
+    pub engine: Option<Engine>,
+    /// Log filter, if given.
+    pub log: Option<String>,
+    /// Grace period of a shutdown.
+    pub shutdown_grace: Duration,
+}
+
+impl ServeArgs {
+    /// Check the flags and build the configuration.
+    pub fn validate(self) -> Result<ServeConfig, String> {
+        if let Some(n) = self.partitions
+            && (!n.is_power_of_two() || n > 4096)
+        {
+            return Err(format!("--partitions must be a power of two from 1 to 4096 (got {n})"));
+        }
+        let region_ok = !self.region.is_empty()
+            && self.region.len() <= 32
+            && self.region.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+        if !region_ok {
+            return Err(format!("--region must look like us-east-1 (got {:?})", self.region));
+        }
+        let engine = self
+            .engine
+            .map(|e| Engine::parse(&e).ok_or_else(|| format!("--engine must be fjall or sled (got {e:?})")))
+            .transpose()?;
+        if self.listen.trim().is_empty() {
+            return Err("--listen must be host:port".into());
+        }
+        Ok(ServeConfig {
+            data_dir: self.data_dir,
+            listen: self.listen,
+            region: self.region,
+            initial_key: self.access_key.zip(self.secret_key),
+            partitions: self.partitions,
+            engine,
+            log: self.log,
+            shutdown_grace: Duration::from_secs(self.shutdown_grace),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    fn parse(args: &[&str]) -> Result<ServeConfig, String> {
+        let cli = Cli::try_parse_from(args).map_err(|e| e.to_string())?;
+        let Command::Serve(a) = cli.command;
+        a.validate()
+    }
+
+    #[test]
+    fn cli_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn defaults_and_overrides() {
+        let c = parse(&["laneway", "serve", "--listen", "127.0.0.1:0", "--partitions", "4"]).expect("ok");
+        assert_eq!(c.listen, "127.0.0.1:0");
+        assert_eq!(c.partitions, Some(4));
+        assert_eq!(c.engine, None);
+        let c = parse(&["laneway", "serve", "--engine", "sled"]).expect("ok");
+        assert_eq!(c.engine, Some(Engine::Sled));
+        assert!(c.initial_key.is_none());
+    }
+
+    #[test]
+    fn nonsense_is_refused() {
+        assert!(parse(&["laneway", "serve", "--partitions", "3"]).is_err());
+        assert!(parse(&["laneway", "serve", "--region", "US East"]).is_err());
+        assert!(parse(&["laneway", "serve", "--engine", "rocks"]).is_err());
+        assert!(parse(&["laneway", "serve", "--access-key", "AKIAX"]).is_err());
+    }
+}

@@ -1,0 +1,71 @@
+//! The [`Gateway`] every S3 handler receives, and the per-request context.
+//!
+//! A request's context is built in two steps: the HTTP layer (`serve.rs`)
+//! puts a [`RequestInfo`] (request id and tracing span) into the request
+//! extensions; the access check (`auth.rs`) resolves the signing key to its
+//! tenant and adds a [`Tenant`]. Handlers read both through [`ReqCtx::of`],
+//! the one place that knows where they live, so no handler touches
+//! credentials or globals.
+
+use crate::error::{GwError, GwResult};
+use laneway_store::{BucketInfo, Store, TenantId};
+use s3s::S3Request;
+use std::sync::Arc;
+
+/// The S3 front door: the store and this gateway's settings.
+#[derive(Clone)]
+pub struct Gateway {
+    store: Arc<Store>,
+    region: String,
+}
+
+impl Gateway {
+    /// A gateway over `store` answering for `region`.
+    pub fn new(store: Arc<Store>, region: String) -> Gateway {
+        Gateway { store, region }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    /// The region buckets are created in.
+    pub fn region(&self) -> &str {
+        &self.region
+    }
+
+    /// The tenant's bucket `name` (NoSuchBucket when it has none).
+    pub fn bucket(&self, ctx: &ReqCtx, name: &str) -> GwResult<BucketInfo> {
+        Ok(self.store.bucket(&ctx.tenant, name)?)
+    }
+}
+
+/// Request id and span, attached by the HTTP layer.
+#[derive(Clone, Debug)]
+pub struct RequestInfo {
+    /// The id sent back as `x-amz-request-id`.
+    pub id: String,
+    /// The request's span (has an empty `tenant` field the access check fills).
+    pub span: tracing::Span,
+}
+
+/// The tenant a request acts for, attached by the access check.
+#[derive(Clone, Debug)]
+pub struct Tenant(pub TenantId);
+
+/// What a handler knows about its request beyond the S3 input.
+#[derive(Clone, Debug)]
+pub struct ReqCtx {
+    /// The tenant the signing key belongs to.
+    pub tenant: TenantId,
+}
+
+impl ReqCtx {
+    /// The context of `req`. A request that reached a handler without a
+    /// tenant was not authenticated: refuse it rather than guess.
+    pub fn of<T>(req: &S3Request<T>) -> GwResult<ReqCtx> {
+        let tenant = req.extensions.get::<Tenant>().ok_or(GwError::AccessDenied)?;
+        Ok(ReqCtx { tenant: tenant.0.clone() })
+    }
+}

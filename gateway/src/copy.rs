@@ -1,0 +1,179 @@
+//! CopyObject.
+//!
+//! - `x-amz-metadata-directive`: COPY (default) keeps the source's
+//!   metadata; REPLACE takes it from this request's headers.
+//! - `x-amz-tagging-directive`: COPY (default) keeps the source's tags;
+//!   REPLACE takes them from `x-amz-tagging`.
+//! - `x-amz-copy-source-if-*` are evaluated on the source; any failure is
+//!   `412 PreconditionFailed`.
+//! - Copying an object onto itself without REPLACE is `InvalidRequest`, as
+//!   AWS answers; with REPLACE it is a metadata-only update in the store
+//!   (`replace_object_meta`), no data is read or written.
+//! - Any other copy streams the source into a new PUT of the destination:
+//!   constant memory, and the store recomputes (hence keeps) the MD5 ETag.
+//!   Sources above 5 GiB are refused, as for a single PUT.
+//!
+//! Both buckets are looked up in the requesting tenant's namespace, so a
+//! tenant can never copy from another tenant's bucket.
+
+use crate::conditional::{Conditions, Verdict};
+use crate::context::{Gateway, ReqCtx};
+use crate::error::{GwError, GwResult};
+use crate::get::check_version_id;
+use crate::meta::{MetaInput, etag, timestamp};
+use crate::names::check_key;
+use crate::put::MAX_PUT_BYTES;
+use crate::tagging;
+use futures::StreamExt;
+use laneway_store::{BodyStream, ObjectInfo, PutOptions};
+use s3s::dto::*;
+use s3s::{S3Request, S3Response};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Whether a directive header says REPLACE (COPY when absent).
+fn replaces(directive: Option<&str>, header: &str) -> GwResult<bool> {
+    match directive {
+        None | Some("COPY") => Ok(false),
+        Some("REPLACE") => Ok(true),
+        Some(other) => Err(GwError::InvalidArgument(format!("Unknown {header}: {other}"))),
+    }
+}
+
+fn source_of(cs: &CopySource) -> GwResult<(&str, &str)> {
+    match cs {
+        CopySource::Bucket { bucket, key, version_id } => {
+            check_version_id(version_id.as_deref())?;
+            check_key(key)?;
+            Ok((bucket, key))
+        }
+        _ => Err(GwError::NotImplemented("Copying from an access point or outpost")),
+    }
+}
+
+fn check_source(conds: &Conditions<'_>, info: &ObjectInfo) -> GwResult<()> {
+    match conds.evaluate_copy_source(&info.etag, info.mtime_ms) {
+        Verdict::Proceed => Ok(()),
+        Verdict::NotModified | Verdict::PreconditionFailed => Err(GwError::PreconditionFailed),
+    }
+}
+
+fn output(info: &ObjectInfo) -> S3Response<CopyObjectOutput> {
+    S3Response::new(CopyObjectOutput {
+        copy_object_result: Some(CopyObjectResult {
+            e_tag: Some(etag(info)),
+            last_modified: Some(timestamp(info.mtime_ms)),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+}
+
+/// A source stream that remembers whether reading it failed, so a failure
+/// on our side (corrupt source) is not reported as the client's.
+fn watched(stream: BodyStream) -> (BodyStream, Arc<AtomicBool>) {
+    let failed = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&failed);
+    let s = stream.map(move |chunk| {
+        if chunk.is_err() {
+            flag.store(true, Ordering::Relaxed);
+        }
+        chunk
+    });
+    (Box::pin(s), failed)
+}
+
+/// CopyObject.
+pub async fn copy_object(
+    gw: &Gateway,
+    req: S3Request<CopyObjectInput>,
+) -> GwResult<S3Response<CopyObjectOutput>> {
+    let ctx = ReqCtx::of(&req)?;
+    let input = req.input;
+    check_key(&input.key)?;
+    let (src_bucket, src_key) = source_of(&input.copy_source)?;
+    let dst = gw.bucket(&ctx, &input.bucket)?;
+    let src = gw.bucket(&ctx, src_bucket)?;
+    let replace_meta =
+        replaces(input.metadata_directive.as_ref().map(MetadataDirective::as_str), "metadata directive")?;
+    let replace_tags =
+        replaces(input.tagging_directive.as_ref().map(TaggingDirective::as_str), "tagging directive")?;
+    let conds = Conditions {
+        if_match: input.copy_source_if_match.as_ref(),
+        if_none_match: input.copy_source_if_none_match.as_ref(),
+        if_modified_since: input.copy_source_if_modified_since.as_ref(),
+        if_unmodified_since: input.copy_source_if_unmodified_since.as_ref(),
+    };
+    let new_tags = replace_tags.then(|| tagging::from_header(input.tagging.as_deref())).transpose()?;
+    let new_meta = if replace_meta {
+        Some(
+            MetaInput {
+                content_type: input.content_type,
+                content_encoding: input.content_encoding,
+                content_disposition: input.content_disposition,
+                content_language: input.content_language,
+                cache_control: input.cache_control,
+                expires: input.expires,
+                user: input.metadata,
+            }
+            .into_meta()?,
+        )
+    } else {
+        None
+    };
+
+    if src.id == dst.id && src_key == input.key {
+        let Some(meta) = new_meta else {
+            return Err(GwError::InvalidRequest(
+                "This copy request is illegal because it is trying to copy an object to itself \
+                 without changing the object's metadata, storage class, website redirect location \
+                 or encryption attributes."
+                    .into(),
+            ));
+        };
+        let current = gw.store().head_object(&src, src_key)?;
+        check_source(&conds, &current)?;
+        let info = gw.store().replace_object_meta(&dst, &input.key, meta, new_tags).await?;
+        return Ok(output(&info));
+    }
+
+    let (info, stream) = gw.store().get_object(&src, src_key, None)?;
+    check_source(&conds, &info)?;
+    if info.size > MAX_PUT_BYTES {
+        return Err(GwError::InvalidRequest(format!(
+            "The specified copy source is larger than the maximum allowable size for a copy source: {MAX_PUT_BYTES}"
+        )));
+    }
+    let opts = PutOptions {
+        content_md5: None,
+        content_length: Some(info.size),
+        tags: new_tags.unwrap_or_else(|| info.tags.clone()),
+    };
+    let meta = new_meta.unwrap_or_else(|| info.meta.clone());
+    let (stream, source_failed) = watched(stream);
+    let stored = gw
+        .store()
+        .put_object(&dst, &input.key, meta, opts, stream)
+        .await
+        .map_err(|e| {
+            if source_failed.load(Ordering::Relaxed) {
+                GwError::Internal(format!("reading the copy source failed: {e}"))
+            } else {
+                e.into()
+            }
+        })?;
+    Ok(output(&stored))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn directives_default_to_copy() {
+        assert!(!replaces(None, "x").expect("default"));
+        assert!(!replaces(Some("COPY"), "x").expect("copy"));
+        assert!(replaces(Some("REPLACE"), "x").expect("replace"));
+        assert!(matches!(replaces(Some("replace"), "x"), Err(GwError::InvalidArgument(_))));
+    }
+}

@@ -1,0 +1,274 @@
+//! The one place where a failure becomes an S3 error code and HTTP status.
+//!
+//! Handlers return [`GwResult`]; [`GwError`] names every failure the gateway
+//! knows (its own validation failures and the store's [`StoreError`]), and
+//! `From<GwError> for S3Error` decides code, status and message. Nothing
+//! else in the gateway builds an `S3Error` by hand.
+//!
+//! Internal failures (corrupt data, I/O, engine errors, a broken invariant)
+//! are logged here, once, with their detail, and reach the client as a
+//! generic `InternalError` that names no path. A store that is shutting
+//! down answers `503 ServiceUnavailable`, which SDKs retry.
+
+use http::{HeaderMap, HeaderValue, StatusCode};
+use laneway_store::StoreError;
+use s3s::{S3Error, S3ErrorCode};
+
+/// Result of a gateway handler.
+pub type GwResult<T> = Result<T, GwError>;
+
+/// Every failure a gateway handler can report.
+#[derive(Debug)]
+pub enum GwError {
+    /// A store operation failed.
+    Store(StoreError),
+    /// The bucket name breaks the naming rules.
+    InvalidBucketName,
+    /// The object key is empty or longer than 1024 bytes.
+    KeyTooLong,
+    /// A request parameter is invalid.
+    InvalidArgument(String),
+    /// The request is invalid as a whole.
+    InvalidRequest(String),
+    /// A tag key/value is invalid, or keys repeat.
+    InvalidTag(String),
+    /// More tags than allowed (AWS answers `BadRequest`).
+    TooManyTags(usize),
+    /// The XML body is structurally wrong.
+    MalformedXml(String),
+    /// The requested byte range cannot be served.
+    InvalidRange,
+    /// GET/HEAD conditional: not modified (304), with the object's ETag and
+    /// Last-Modified header values.
+    NotModified(HeaderMap),
+    /// A precondition (If-Match, If-Unmodified-Since, copy-source-if-*) failed.
+    PreconditionFailed,
+    /// The upload is larger than a single PUT may be.
+    EntityTooLarge,
+    /// The Content-MD5 header is not a base64-encoded 16-byte digest.
+    InvalidDigest,
+    /// A body was sent without a length.
+    MissingContentLength,
+    /// x-amz-meta-* headers exceed 2 KB.
+    MetadataTooLarge,
+    /// The bucket has no tag set.
+    NoSuchTagSet,
+    /// A location constraint other than this gateway's region.
+    IllegalLocationConstraint(String),
+    /// The aws-chunked body's chunk signature is wrong.
+    SignatureDoesNotMatch,
+    /// The body does not hash to x-amz-content-sha256.
+    ContentSha256Mismatch,
+    /// The body ended early or went away.
+    IncompleteBody,
+    /// The caller may not do this.
+    AccessDenied,
+    /// The access key is unknown.
+    InvalidAccessKeyId,
+    /// A feature this gateway does not provide.
+    NotImplemented(&'static str),
+    /// Contention the client should back off from and retry (503).
+    SlowDown(&'static str),
+    /// A broken invariant inside the gateway (logged, 500).
+    Internal(String),
+}
+
+impl From<StoreError> for GwError {
+    fn from(e: StoreError) -> Self {
+        GwError::Store(e)
+    }
+}
+
+const INTERNAL_MESSAGE: &str = "We encountered an internal error. Please try again.";
+
+fn with_status(code: S3ErrorCode, status: StatusCode, msg: impl Into<String>) -> S3Error {
+    let mut e = S3Error::with_message(code, msg.into());
+    e.set_status_code(status);
+    e
+}
+
+fn msg(code: S3ErrorCode, text: impl Into<String>) -> S3Error {
+    S3Error::with_message(code, text.into())
+}
+
+fn custom(code: &'static str, status: StatusCode, text: impl Into<String>) -> S3Error {
+    let code = S3ErrorCode::from_bytes(code.as_bytes()).unwrap_or(S3ErrorCode::InternalError);
+    with_status(code, status, text)
+}
+
+fn internal(detail: &dyn std::fmt::Display) -> S3Error {
+    tracing::error!(error = %detail, "internal error");
+    msg(S3ErrorCode::InternalError, INTERNAL_MESSAGE)
+}
+
+fn from_store(e: StoreError) -> S3Error {
+    use S3ErrorCode as C;
+    match e {
+        StoreError::NoSuchBucket => msg(C::NoSuchBucket, "The specified bucket does not exist"),
+        StoreError::BucketAlreadyOwnedByYou => msg(
+            C::BucketAlreadyOwnedByYou,
+            "Your previous request to create the named bucket succeeded and you already own it.",
+        ),
+        StoreError::BucketNotEmpty => {
+            msg(C::BucketNotEmpty, "The bucket you tried to delete is not empty")
+        }
+        StoreError::NoSuchKey => msg(C::NoSuchKey, "The specified key does not exist."),
+        StoreError::BadDigest => msg(
+            C::BadDigest,
+            "The Content-MD5 you specified did not match what we received.",
+        ),
+        StoreError::IncompleteBody | StoreError::Body(_) => msg(
+            C::IncompleteBody,
+            "You did not provide the number of bytes specified by the Content-Length HTTP header.",
+        ),
+        StoreError::PreconditionFailed => GwError::PreconditionFailed.into(),
+        StoreError::InvalidArgument(m) => msg(C::InvalidArgument, m),
+        StoreError::ShuttingDown => msg(
+            C::ServiceUnavailable,
+            "The server is shutting down; please retry.",
+        ),
+        e @ (StoreError::Corrupt(_)
+        | StoreError::Layout(_)
+        | StoreError::Io(_)
+        | StoreError::Engine(_)) => internal(&e),
+    }
+}
+
+impl From<GwError> for S3Error {
+    fn from(e: GwError) -> S3Error {
+        use S3ErrorCode as C;
+        match e {
+            GwError::Store(e) => from_store(e),
+            GwError::InvalidBucketName => {
+                msg(C::InvalidBucketName, "The specified bucket is not valid.")
+            }
+            GwError::KeyTooLong => msg(C::KeyTooLongError, "Your key is too long"),
+            GwError::InvalidArgument(m) => msg(C::InvalidArgument, m),
+            GwError::InvalidRequest(m) => msg(C::InvalidRequest, m),
+            GwError::InvalidTag(m) => msg(C::InvalidTag, m),
+            GwError::TooManyTags(limit) => custom(
+                "BadRequest",
+                StatusCode::BAD_REQUEST,
+                format!("Object tags cannot be greater than {limit}"),
+            ),
+            GwError::MalformedXml(m) => msg(C::MalformedXML, m),
+            GwError::InvalidRange => {
+                msg(C::InvalidRange, "The requested range is not satisfiable")
+            }
+            GwError::NotModified(headers) => {
+                let mut e = S3Error::new(C::NotModified);
+                e.set_headers(headers);
+                e
+            }
+            GwError::PreconditionFailed => msg(
+                C::PreconditionFailed,
+                "At least one of the pre-conditions you specified did not hold",
+            ),
+            GwError::EntityTooLarge => msg(
+                C::EntityTooLarge,
+                "Your proposed upload exceeds the maximum allowed object size.",
+            ),
+            GwError::InvalidDigest => {
+                msg(C::InvalidDigest, "The Content-MD5 you specified is not valid.")
+            }
+            GwError::MissingContentLength => {
+                msg(C::MissingContentLength, "You must provide the Content-Length HTTP header.")
+            }
+            GwError::MetadataTooLarge => custom(
+                "MetadataTooLarge",
+                StatusCode::BAD_REQUEST,
+                "Your metadata headers exceed the maximum allowed metadata size.",
+            ),
+            GwError::NoSuchTagSet => msg(C::NoSuchTagSet, "The TagSet does not exist"),
+            GwError::IllegalLocationConstraint(m) => {
+                msg(C::IllegalLocationConstraintException, m)
+            }
+            GwError::SignatureDoesNotMatch => msg(
+                C::SignatureDoesNotMatch,
+                "The request signature we calculated does not match the signature you provided.",
+            ),
+            GwError::ContentSha256Mismatch => custom(
+                "XAmzContentSHA256Mismatch",
+                StatusCode::BAD_REQUEST,
+                "The provided 'x-amz-content-sha256' header does not match what was computed.",
+            ),
+            GwError::IncompleteBody => from_store(StoreError::IncompleteBody),
+            GwError::AccessDenied => msg(C::AccessDenied, "Access Denied"),
+            GwError::InvalidAccessKeyId => msg(
+                C::InvalidAccessKeyId,
+                "The AWS Access Key Id you provided does not exist in our records.",
+            ),
+            GwError::NotImplemented(what) => {
+                msg(C::NotImplemented, format!("{what} is not implemented"))
+            }
+            GwError::SlowDown(why) => {
+                with_status(C::SlowDown, StatusCode::SERVICE_UNAVAILABLE, format!("Please reduce your request rate: {why}."))
+            }
+            GwError::Internal(detail) => internal(&detail),
+        }
+    }
+}
+
+/// Headers of a `304 Not Modified`: the object's ETag and Last-Modified.
+pub fn not_modified_headers(etag: &str, last_modified: &str) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    if let Ok(v) = HeaderValue::from_str(&format!("\"{etag}\"")) {
+        h.insert(http::header::ETAG, v);
+    }
+    if let Ok(v) = HeaderValue::from_str(last_modified) {
+        h.insert(http::header::LAST_MODIFIED, v);
+    }
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn code_and_status(e: GwError) -> (String, u16) {
+        let s3: S3Error = e.into();
+        let status = s3.status_code().map(|s| s.as_u16()).unwrap_or(0);
+        (s3.code().as_str().to_string(), status)
+    }
+
+    #[test]
+    fn store_errors_map_to_aws_codes() {
+        let cases = [
+            (StoreError::NoSuchBucket, "NoSuchBucket", 404),
+            (StoreError::BucketAlreadyOwnedByYou, "BucketAlreadyOwnedByYou", 409),
+            (StoreError::BucketNotEmpty, "BucketNotEmpty", 409),
+            (StoreError::NoSuchKey, "NoSuchKey", 404),
+            (StoreError::BadDigest, "BadDigest", 400),
+            (StoreError::IncompleteBody, "IncompleteBody", 400),
+            (StoreError::PreconditionFailed, "PreconditionFailed", 412),
+            (StoreError::ShuttingDown, "ServiceUnavailable", 503),
+            (StoreError::InvalidArgument("x".into()), "InvalidArgument", 400),
+            (StoreError::Corrupt("/secret/path".into()), "InternalError", 500),
+            (StoreError::Engine("boom".into()), "InternalError", 500),
+        ];
+        for (e, code, status) in cases {
+            assert_eq!(code_and_status(GwError::Store(e)), (code.to_string(), status));
+        }
+    }
+
+    #[test]
+    fn internal_errors_do_not_leak_details() {
+        let s3: S3Error = GwError::Store(StoreError::Corrupt("/data/p0001/seg7".into())).into();
+        assert!(!s3.message().unwrap_or_default().contains("/data"));
+    }
+
+    #[test]
+    fn gateway_errors_carry_their_status() {
+        assert_eq!(code_and_status(GwError::InvalidRange), ("InvalidRange".into(), 416));
+        assert_eq!(code_and_status(GwError::TooManyTags(10)), ("BadRequest".into(), 400));
+        assert_eq!(
+            code_and_status(GwError::NotModified(HeaderMap::new())),
+            ("NotModified".into(), 304)
+        );
+        assert_eq!(code_and_status(GwError::MissingContentLength), ("MissingContentLength".into(), 411));
+        assert_eq!(
+            code_and_status(GwError::ContentSha256Mismatch),
+            ("XAmzContentSHA256Mismatch".into(), 400)
+        );
+    }
+}

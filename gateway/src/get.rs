@@ -1,0 +1,154 @@
+//! GetObject and HeadObject: conditional headers, byte ranges, response
+//! header overrides.
+//!
+//! Without a Range, GET reads the object once (metadata and stream
+//! together) and evaluates the conditions on what it got, so the metadata
+//! served always belongs to the bytes served. With a Range the size must be
+//! known first: the object's metadata is read, the range resolved, then the
+//! range fetched; if the object was replaced in between (ETag changed) the
+//! sequence is retried, so a response never mixes two versions.
+//!
+//! `response-content-type` and the other `response-*` overrides are applied
+//! by s3s on top of the headers set here.
+
+use crate::body;
+use crate::conditional::{Conditions, Verdict};
+use crate::context::{Gateway, ReqCtx};
+use crate::error::{GwError, GwResult, not_modified_headers};
+use crate::meta::{MetaOutput, etag, http_date, size_i64, timestamp};
+use crate::names::check_key;
+use crate::range;
+use crate::tagging::tag_count;
+use laneway_store::{BodyStream, BucketInfo, GetRange, ObjectInfo};
+use s3s::dto::*;
+use s3s::{S3Request, S3Response};
+
+/// Attempts to read a consistent range while the object is being replaced.
+const RANGE_ATTEMPTS: usize = 3;
+
+/// Turn a verdict into the response it calls for.
+fn enforce(verdict: Verdict, info: &ObjectInfo) -> GwResult<()> {
+    match verdict {
+        Verdict::Proceed => Ok(()),
+        Verdict::PreconditionFailed => Err(GwError::PreconditionFailed),
+        Verdict::NotModified => {
+            let modified = http_date(&timestamp(info.mtime_ms)).unwrap_or_default();
+            Err(GwError::NotModified(not_modified_headers(&info.etag, &modified)))
+        }
+    }
+}
+
+/// Refuse version ids other than "null" (buckets are unversioned).
+pub fn check_version_id(version_id: Option<&str>) -> GwResult<()> {
+    match version_id {
+        None | Some("null") => Ok(()),
+        Some(_) => Err(GwError::InvalidArgument("Invalid version id specified".into())),
+    }
+}
+
+/// Read `range` of `key` consistently (see the module doc).
+fn read_range(
+    gw: &Gateway,
+    bucket: &BucketInfo,
+    key: &str,
+    conds: &Conditions<'_>,
+    range: &Range,
+) -> GwResult<(ObjectInfo, GetRange, BodyStream)> {
+    for _ in 0..RANGE_ATTEMPTS {
+        let info = gw.store().head_object(bucket, key)?;
+        enforce(conds.evaluate(&info.etag, info.mtime_ms), &info)?;
+        let r = range::resolve(range, info.size)?;
+        match gw.store().get_object(bucket, key, Some(r)) {
+            Ok((got, stream)) if got.etag == info.etag => return Ok((got, r, stream)),
+            Ok(_) | Err(laneway_store::StoreError::InvalidArgument(_)) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(GwError::SlowDown("the object kept changing while a range was read"))
+}
+
+/// GetObject.
+pub async fn get_object(
+    gw: &Gateway,
+    req: S3Request<GetObjectInput>,
+) -> GwResult<S3Response<GetObjectOutput>> {
+    let ctx = ReqCtx::of(&req)?;
+    let input = &req.input;
+    check_key(&input.key)?;
+    check_version_id(input.version_id.as_deref())?;
+    let bucket = gw.bucket(&ctx, &input.bucket)?;
+    let conds = Conditions {
+        if_match: input.if_match.as_ref(),
+        if_none_match: input.if_none_match.as_ref(),
+        if_modified_since: input.if_modified_since.as_ref(),
+        if_unmodified_since: input.if_unmodified_since.as_ref(),
+    };
+    let (info, served, stream) = match &input.range {
+        Some(range) => {
+            let (info, r, stream) = read_range(gw, &bucket, &input.key, &conds, range)?;
+            (info, Some(r), stream)
+        }
+        None => {
+            let (info, stream) = gw.store().get_object(&bucket, &input.key, None)?;
+            enforce(conds.evaluate(&info.etag, info.mtime_ms), &info)?;
+            (info, None, stream)
+        }
+    };
+    let length = served.map_or(info.size, |r| r.end - r.start);
+    let m = MetaOutput::from_meta(&info.meta);
+    Ok(S3Response::new(GetObjectOutput {
+        body: Some(body::download(stream)),
+        content_length: Some(size_i64(length)?),
+        content_range: served.map(|r| range::content_range(r, info.size)),
+        accept_ranges: Some("bytes".into()),
+        e_tag: Some(etag(&info)),
+        last_modified: Some(timestamp(info.mtime_ms)),
+        content_type: Some(m.content_type),
+        content_encoding: m.content_encoding,
+        content_disposition: m.content_disposition,
+        content_language: m.content_language,
+        cache_control: m.cache_control,
+        expires: m.expires,
+        metadata: m.user,
+        tag_count: tag_count(&info.tags),
+        ..Default::default()
+    }))
+}
+
+/// HeadObject.
+pub async fn head_object(
+    gw: &Gateway,
+    req: S3Request<HeadObjectInput>,
+) -> GwResult<S3Response<HeadObjectOutput>> {
+    let ctx = ReqCtx::of(&req)?;
+    let input = &req.input;
+    check_key(&input.key)?;
+    check_version_id(input.version_id.as_deref())?;
+    let bucket = gw.bucket(&ctx, &input.bucket)?;
+    let conds = Conditions {
+        if_match: input.if_match.as_ref(),
+        if_none_match: input.if_none_match.as_ref(),
+        if_modified_since: input.if_modified_since.as_ref(),
+        if_unmodified_since: input.if_unmodified_since.as_ref(),
+    };
+    let info = gw.store().head_object(&bucket, &input.key)?;
+    enforce(conds.evaluate(&info.etag, info.mtime_ms), &info)?;
+    let served = input.range.as_ref().map(|r| range::resolve(r, info.size)).transpose()?;
+    let length = served.map_or(info.size, |r| r.end - r.start);
+    let m = MetaOutput::from_meta(&info.meta);
+    Ok(S3Response::new(HeadObjectOutput {
+        content_length: Some(size_i64(length)?),
+        content_range: served.map(|r| range::content_range(r, info.size)),
+        accept_ranges: Some("bytes".into()),
+        e_tag: Some(etag(&info)),
+        last_modified: Some(timestamp(info.mtime_ms)),
+        content_type: Some(m.content_type),
+        content_encoding: m.content_encoding,
+        content_disposition: m.content_disposition,
+        content_language: m.content_language,
+        cache_control: m.cache_control,
+        expires: m.expires,
+        metadata: m.user,
+        ..Default::default()
+    }))
+}

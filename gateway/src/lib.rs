@@ -1,0 +1,42 @@
+//! laneway-gateway: the S3 front door.
+//!
+//! s3s parses and routes S3 requests, verifies SigV4 (secrets from
+//! [`auth::KeyAuth`]), decodes aws-chunked bodies, and calls the access
+//! check ([`auth::TenantAccess`]) that binds each request to its tenant.
+//! [`context::Gateway`] implements `s3s::S3` ([`s3`]) by delegating each
+//! operation to the module of its family:
+//!
+//! - [`bucket`]: CreateBucket, DeleteBucket, HeadBucket, ListBuckets,
+//!   GetBucketLocation
+//! - [`put`], [`get`], [`copy`], [`delete`]: object reads and writes
+//! - [`list`]: ListObjectsV2, ListObjects, ListObjectVersions ([`token`]
+//!   holds the continuation-token format)
+//! - [`tagging`]: object and bucket tagging
+//!
+//! Shared pieces: [`error`] (the one StoreError/GwError -> S3 code
+//! mapping), [`names`] (bucket/key rules), [`meta`] (metadata headers),
+//! [`conditional`] and [`range`] (GET/HEAD/copy preconditions and ranges),
+//! [`body`] (streaming adapters). [`serve`] and [`config`] are the
+//! `laneway serve` process around it all.
+
+pub mod auth;
+pub mod body;
+pub mod bucket;
+pub mod conditional;
+pub mod config;
+pub mod context;
+pub mod copy;
+pub mod delete;
+pub mod error;
+pub mod get;
+pub mod list;
+pub mod meta;
+pub mod names;
+pub mod put;
+pub mod range;
+pub mod s3;
+pub mod serve;
+pub mod tagging;
+pub mod token;
+
+pub use context::Gateway;

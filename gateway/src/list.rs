@@ -1,0 +1,285 @@
+//! ListObjectsV2, ListObjects (v1) and ListObjectVersions (unversioned
+//! buckets: every current object is version "null", latest).
+//!
+//! All three are one store listing ([`laneway_store::ListQuery`]) with a
+//! different way to say where to resume (continuation token, marker, key
+//! marker; see [`crate::token`]) and a different response shape. `max-keys`
+//! defaults to 1000 and is clamped to 1000 as AWS does; 0 returns an empty,
+//! untruncated page without asking the store. `encoding-type=url`
+//! percent-encodes keys, prefixes, delimiter and start-after in the
+//! response (`/` and unreserved characters stay literal, `+` becomes
+//! `%2B`, so botocore's `unquote_plus` round-trips every key).
+
+use crate::context::{Gateway, ReqCtx};
+use crate::error::{GwError, GwResult};
+use crate::meta::{etag, size_i64, timestamp};
+use crate::token;
+use laneway_store::{BucketInfo, ListEntry, ListPage, ListQuery, ObjectInfo, Resume};
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+use s3s::dto::*;
+use s3s::{S3Request, S3Response};
+
+/// Largest page, and the default.
+pub const MAX_KEYS: usize = 1000;
+
+const URL_ENCODE: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~').remove(b'/');
+
+/// What to list, resolved from any of the three request shapes.
+struct Listing {
+    prefix: String,
+    delimiter: Option<String>,
+    resume: Resume,
+    max_keys: usize,
+    url: bool,
+}
+
+impl Listing {
+    fn enc(&self, s: &str) -> String {
+        if self.url { utf8_percent_encode(s, URL_ENCODE).to_string() } else { s.to_string() }
+    }
+
+    fn enc_opt(&self, s: Option<&str>) -> Option<String> {
+        s.map(|s| self.enc(s))
+    }
+
+    async fn fetch(&self, gw: &Gateway, bucket: &BucketInfo) -> GwResult<ListPage> {
+        if self.max_keys == 0 {
+            return Ok(ListPage::default());
+        }
+        let query = ListQuery {
+            prefix: self.prefix.clone(),
+            delimiter: self.delimiter.clone(),
+            resume: self.resume.clone(),
+            max_keys: self.max_keys,
+        };
+        Ok(gw.store().list_objects(bucket, query).await?)
+    }
+
+    fn common_prefixes(&self, page: &ListPage) -> Option<CommonPrefixList> {
+        let list: CommonPrefixList = page
+            .entries
+            .iter()
+            .filter_map(|e| match e {
+                ListEntry::Prefix(p) => Some(CommonPrefix { prefix: Some(self.enc(p)) }),
+                ListEntry::Object(_) => None,
+            })
+            .collect();
+        if list.is_empty() { None } else { Some(list) }
+    }
+
+    fn objects(&self, page: &ListPage, owner: Option<&Owner>) -> GwResult<ObjectList> {
+        objects_of(page).map(|o| self.object(o, owner)).collect()
+    }
+
+    fn object(&self, info: &ObjectInfo, owner: Option<&Owner>) -> GwResult<Object> {
+        Ok(Object {
+            key: Some(self.enc(&info.key)),
+            last_modified: Some(timestamp(info.mtime_ms)),
+            e_tag: Some(etag(info)),
+            size: Some(size_i64(info.size)?),
+            storage_class: Some(ObjectStorageClass::from_static(ObjectStorageClass::STANDARD)),
+            owner: owner.cloned(),
+            ..Default::default()
+        })
+    }
+}
+
+fn objects_of(page: &ListPage) -> impl Iterator<Item = &ObjectInfo> {
+    page.entries.iter().filter_map(|e| match e {
+        ListEntry::Object(o) => Some(o),
+        ListEntry::Prefix(_) => None,
+    })
+}
+
+fn max_keys(requested: Option<i32>) -> GwResult<usize> {
+    match requested {
+        None => Ok(MAX_KEYS),
+        Some(n) => usize::try_from(n)
+            .map(|n| n.min(MAX_KEYS))
+            .map_err(|_| GwError::InvalidArgument("max-keys must be a non-negative integer".into())),
+    }
+}
+
+fn url_encoding(e: Option<&EncodingType>) -> GwResult<bool> {
+    match e.map(EncodingType::as_str) {
+        None => Ok(false),
+        Some(EncodingType::URL) => Ok(true),
+        Some(_) => Err(GwError::InvalidArgument("Invalid Encoding Method specified in Request".into())),
+    }
+}
+
+fn owner_of(ctx: &ReqCtx) -> Owner {
+    let id = ctx.tenant.as_str().to_string();
+    Owner { display_name: Some(id.clone()), id: Some(id) }
+}
+
+fn non_empty(s: Option<String>) -> Option<String> {
+    s.filter(|s| !s.is_empty())
+}
+
+fn count(n: usize) -> GwResult<i32> {
+    i32::try_from(n).map_err(|_| GwError::Internal(format!("count {n} does not fit in i32")))
+}
+
+/// ListObjectsV2.
+pub async fn list_objects_v2(
+    gw: &Gateway,
+    req: S3Request<ListObjectsV2Input>,
+) -> GwResult<S3Response<ListObjectsV2Output>> {
+    let ctx = ReqCtx::of(&req)?;
+    let input = req.input;
+    let bucket = gw.bucket(&ctx, &input.bucket)?;
+    let resume = match (input.continuation_token.as_deref(), input.start_after.as_deref()) {
+        (Some(t), _) => token::decode(t)?,
+        (None, Some(s)) if !s.is_empty() => Resume::After(s.to_string()),
+        _ => Resume::Start,
+    };
+    let listing = Listing {
+        prefix: input.prefix.clone().unwrap_or_default(),
+        delimiter: non_empty(input.delimiter.clone()),
+        resume,
+        max_keys: max_keys(input.max_keys)?,
+        url: url_encoding(input.encoding_type.as_ref())?,
+    };
+    let page = listing.fetch(gw, &bucket).await?;
+    let owner = input.fetch_owner.unwrap_or(false).then(|| owner_of(&ctx));
+    let contents = listing.objects(&page, owner.as_ref())?;
+    let prefixes = listing.common_prefixes(&page);
+    let key_count = count(contents.len() + prefixes.as_ref().map_or(0, Vec::len))?;
+    Ok(S3Response::new(ListObjectsV2Output {
+        name: Some(input.bucket),
+        prefix: Some(listing.enc(&listing.prefix)),
+        delimiter: listing.enc_opt(listing.delimiter.as_deref()),
+        max_keys: Some(count(listing.max_keys)?),
+        key_count: Some(key_count),
+        continuation_token: input.continuation_token,
+        next_continuation_token: page.next.as_ref().filter(|_| page.truncated).and_then(token::encode),
+        start_after: listing.enc_opt(input.start_after.as_deref()),
+        is_truncated: Some(page.truncated),
+        contents: (!contents.is_empty()).then_some(contents),
+        common_prefixes: prefixes,
+        encoding_type: input.encoding_type,
+        ..Default::default()
+    }))
+}
+
+/// ListObjects (v1).
+pub async fn list_objects(
+    gw: &Gateway,
+    req: S3Request<ListObjectsInput>,
+) -> GwResult<S3Response<ListObjectsOutput>> {
+    let ctx = ReqCtx::of(&req)?;
+    let input = req.input;
+    let bucket = gw.bucket(&ctx, &input.bucket)?;
+    let prefix = input.prefix.clone().unwrap_or_default();
+    let delimiter = non_empty(input.delimiter.clone());
+    let listing = Listing {
+        resume: token::from_marker(input.marker.as_deref(), &prefix, delimiter.as_deref()),
+        prefix,
+        delimiter,
+        max_keys: max_keys(input.max_keys)?,
+        url: url_encoding(input.encoding_type.as_ref())?,
+    };
+    let page = listing.fetch(gw, &bucket).await?;
+    let owner = owner_of(&ctx);
+    let contents = listing.objects(&page, Some(&owner))?;
+    let next_marker = page.next.as_ref().filter(|_| page.truncated).and_then(token::to_marker);
+    Ok(S3Response::new(ListObjectsOutput {
+        name: Some(input.bucket),
+        prefix: Some(listing.enc(&listing.prefix)),
+        delimiter: listing.enc_opt(listing.delimiter.as_deref()),
+        marker: Some(listing.enc(input.marker.as_deref().unwrap_or_default())),
+        next_marker: listing.enc_opt(next_marker.as_deref()),
+        max_keys: Some(count(listing.max_keys)?),
+        is_truncated: Some(page.truncated),
+        contents: (!contents.is_empty()).then_some(contents),
+        common_prefixes: listing.common_prefixes(&page),
+        encoding_type: input.encoding_type,
+        ..Default::default()
+    }))
+}
+
+/// ListObjectVersions of an unversioned bucket.
+pub async fn list_object_versions(
+    gw: &Gateway,
+    req: S3Request<ListObjectVersionsInput>,
+) -> GwResult<S3Response<ListObjectVersionsOutput>> {
+    let ctx = ReqCtx::of(&req)?;
+    let input = req.input;
+    let bucket = gw.bucket(&ctx, &input.bucket)?;
+    let prefix = input.prefix.clone().unwrap_or_default();
+    let delimiter = non_empty(input.delimiter.clone());
+    let listing = Listing {
+        resume: token::from_marker(input.key_marker.as_deref(), &prefix, delimiter.as_deref()),
+        prefix,
+        delimiter,
+        max_keys: max_keys(input.max_keys)?,
+        url: url_encoding(input.encoding_type.as_ref())?,
+    };
+    let page = listing.fetch(gw, &bucket).await?;
+    let owner = owner_of(&ctx);
+    let versions = objects_of(&page)
+        .map(|o| version_of(&listing, o, &owner))
+        .collect::<GwResult<ObjectVersionList>>()?;
+    let next_key_marker = page.next.as_ref().filter(|_| page.truncated).and_then(token::to_marker);
+    Ok(S3Response::new(ListObjectVersionsOutput {
+        name: Some(input.bucket),
+        prefix: Some(listing.enc(&listing.prefix)),
+        delimiter: listing.enc_opt(listing.delimiter.as_deref()),
+        key_marker: Some(listing.enc(input.key_marker.as_deref().unwrap_or_default())),
+        version_id_marker: Some(input.version_id_marker.unwrap_or_default()),
+        next_version_id_marker: next_key_marker.as_ref().map(|_| "null".to_string()),
+        next_key_marker: listing.enc_opt(next_key_marker.as_deref()),
+        max_keys: Some(count(listing.max_keys)?),
+        is_truncated: Some(page.truncated),
+        versions: (!versions.is_empty()).then_some(versions),
+        common_prefixes: listing.common_prefixes(&page),
+        encoding_type: input.encoding_type,
+        ..Default::default()
+    }))
+}
+
+fn version_of(listing: &Listing, info: &ObjectInfo, owner: &Owner) -> GwResult<ObjectVersion> {
+    Ok(ObjectVersion {
+        key: Some(listing.enc(&info.key)),
+        version_id: Some("null".into()),
+        is_latest: Some(true),
+        last_modified: Some(timestamp(info.mtime_ms)),
+        e_tag: Some(etag(info)),
+        size: Some(size_i64(info.size)?),
+        storage_class: Some(ObjectVersionStorageClass::from_static(ObjectVersionStorageClass::STANDARD)),
+        owner: Some(owner.clone()),
+        ..Default::default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn max_keys_defaults_clamps_and_refuses_negatives() {
+        assert_eq!(max_keys(None).expect("default"), 1000);
+        assert_eq!(max_keys(Some(0)).expect("zero"), 0);
+        assert_eq!(max_keys(Some(5)).expect("five"), 5);
+        assert_eq!(max_keys(Some(5000)).expect("clamped"), 1000);
+        assert!(matches!(max_keys(Some(-1)), Err(GwError::InvalidArgument(_))));
+    }
+
+    #[test]
+    fn url_encoding_keeps_slashes_and_escapes_plus_and_spaces() {
+        let l = Listing {
+            prefix: String::new(),
+            delimiter: None,
+            resume: Resume::Start,
+            max_keys: 1,
+            url: true,
+        };
+        assert_eq!(l.enc("a b+c/d~e_f-g.h"), "a%20b%2Bc/d~e_f-g.h");
+        assert_eq!(l.enc("ü"), "%C3%BC");
+        assert!(matches!(
+            url_encoding(Some(&EncodingType::from_static("bogus"))),
+            Err(GwError::InvalidArgument(_))
+        ));
+    }
+}

@@ -1,0 +1,56 @@
+//! The `laneway` binary: parse the command line, set up logging (stderr),
+//! run the chosen role. Exit status: 0 after a clean shutdown, 2 for bad
+//! flags, 1 when the server cannot start.
+
+use clap::Parser;
+use laneway_gateway::config::{Cli, Command};
+use laneway_gateway::serve;
+use std::process::ExitCode;
+use tracing_subscriber::EnvFilter;
+
+/// Default log filter: our own crates at info; s3s's per-request error
+/// logs (every 404 would be an ERROR line) are silenced, since the gateway
+/// logs what matters itself.
+const DEFAULT_LOG: &str = "info,s3s=off,hyper=warn";
+
+fn init_tracing(filter: Option<&str>) {
+    let filter = filter
+        .map(str::to_string)
+        .or_else(|| std::env::var("RUST_LOG").ok())
+        .unwrap_or_else(|| DEFAULT_LOG.to_string());
+    let filter = EnvFilter::try_new(&filter).unwrap_or_else(|e| {
+        eprintln!("laneway: bad log filter {filter:?} ({e}); using {DEFAULT_LOG:?}");
+        EnvFilter::new(DEFAULT_LOG)
+    });
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve(args) => {
+            let cfg = match args.validate() {
+                Ok(cfg) => cfg,
+                Err(msg) => {
+                    eprintln!("laneway: {msg}");
+                    return ExitCode::from(2);
+                }
+            };
+            init_tracing(cfg.log.as_deref());
+            let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("laneway: cannot start the async runtime: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            match runtime.block_on(serve::run(cfg)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("laneway: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}

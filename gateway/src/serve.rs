@@ -1,0 +1,282 @@
+//! `laneway serve`: open the store and the credential store, bind, print
+//! the banner, serve S3 over HTTP/1.1 and HTTP/2 until Ctrl-C or SIGTERM.
+//!
+//! Startup output goes to stdout and is meant for people and scripts: on
+//! the first start of a data directory, ready-to-paste `export` lines with
+//! the new credentials; on later starts, the access key id and where its
+//! secret is kept (never the secret). Always, last, one machine-readable
+//! line `laneway listening on http://ADDR` with the bound address (tests
+//! start with `--listen 127.0.0.1:0` and read the port from it). Logs go to
+//! stderr.
+//!
+//! Every request gets an id (returned as `x-amz-request-id`) and a tracing
+//! span carrying it, the method, the path (never the query string, which
+//! can hold presigned signatures) and, once authenticated, the tenant.
+//!
+//! Shutdown: stop accepting, let in-flight requests finish for the grace
+//! period (a second signal cuts it short), then `Store::shutdown`, which
+//! drains the commit threads and syncs everything.
+
+use crate::auth::{KeyAuth, TenantAccess};
+use crate::config::ServeConfig;
+use crate::context::{Gateway, RequestInfo};
+use crate::names::BucketNames;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use laneway_store::{Store, StoreConfig, StoreError};
+use laneway_tenancy::{Bootstrap, CredentialStore, InitialKey, Secret, TenancyError};
+use s3s::service::{S3Service, S3ServiceBuilder};
+use s3s::{HttpError, HttpResponse};
+use std::io::Write;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use tokio::net::{TcpListener, TcpStream};
+use tracing::Instrument;
+
+/// Why `serve` could not start or stop cleanly.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The data directory could not be created.
+    #[error("cannot create data directory {path}: {source}")]
+    DataDir {
+        /// The directory.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The store would not open.
+    #[error("cannot open the store: {0}")]
+    Store(#[from] StoreError),
+    /// The credential store would not open.
+    #[error("cannot open the credentials: {0}")]
+    Tenancy(#[from] TenancyError),
+    /// The listen address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address asked for.
+        addr: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A blocking task panicked.
+    #[error("background task failed: {0}")]
+    Task(#[from] tokio::task::JoinError),
+}
+
+/// Request ids: a per-process prefix and a counter, as 16 hex digits.
+struct RequestIds {
+    boot: u64,
+    next: AtomicU64,
+}
+
+impl RequestIds {
+    fn new() -> RequestIds {
+        let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+        RequestIds { boot: u64::from(nanos), next: AtomicU64::new(1) }
+    }
+
+    fn next(&self) -> String {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        format!("{:08X}{:08X}", self.boot & 0xFFFF_FFFF, n & 0xFFFF_FFFF)
+    }
+}
+
+/// Run `laneway serve` until a shutdown signal.
+pub async fn run(cfg: ServeConfig) -> Result<(), ServeError> {
+    std::fs::create_dir_all(&cfg.data_dir).map_err(|source| ServeError::DataDir {
+        path: cfg.data_dir.display().to_string(),
+        source,
+    })?;
+    let store = open_store(&cfg).await?;
+    let initial = cfg
+        .initial_key
+        .clone()
+        .map(|(access_key, secret)| InitialKey { access_key, secret: Secret::new(secret) });
+    let (creds, boot) = CredentialStore::open(&cfg.data_dir, initial)?;
+    let creds = Arc::new(creds);
+
+    let listener = TcpListener::bind(&cfg.listen)
+        .await
+        .map_err(|source| ServeError::Bind { addr: cfg.listen.clone(), source })?;
+    let addr = listener
+        .local_addr()
+        .map_err(|source| ServeError::Bind { addr: cfg.listen.clone(), source })?;
+    print_banner(&cfg, &boot, &creds, addr);
+    tracing::info!(%addr, data_dir = %cfg.data_dir.display(), region = %cfg.region, "laneway serving");
+
+    let service = build_service(Arc::clone(&store), &cfg.region, &creds);
+    accept_until_signal(listener, service, &cfg).await;
+
+    tracing::info!("syncing and closing the store");
+    tokio::task::spawn_blocking(move || store.shutdown()).await?;
+    tracing::info!("laneway stopped");
+    Ok(())
+}
+
+async fn open_store(cfg: &ServeConfig) -> Result<Arc<Store>, ServeError> {
+    let dir = cfg.data_dir.clone();
+    let scfg = StoreConfig { partitions: cfg.partitions, engine: cfg.engine, ..StoreConfig::default() };
+    Ok(tokio::task::spawn_blocking(move || Store::open(&dir, scfg)).await??)
+}
+
+fn build_service(store: Arc<Store>, region: &str, creds: &Arc<CredentialStore>) -> S3Service {
+    let mut builder = S3ServiceBuilder::new(Gateway::new(store, region.to_string()));
+    builder.set_auth(KeyAuth::new(Arc::clone(creds)));
+    builder.set_access(TenantAccess::new(Arc::clone(creds)));
+    builder.set_validation(BucketNames);
+    builder.build()
+}
+
+/// The first-start paste block, or the later-start reminder, then the
+/// machine-readable listening line; flushed so a parent process sees it.
+fn print_banner(cfg: &ServeConfig, boot: &Bootstrap, creds: &CredentialStore, addr: SocketAddr) {
+    let endpoint = format!("http://{}", paste_addr(addr));
+    let mut text = String::new();
+    match boot {
+        Bootstrap::Created { access_key, secret } => {
+            text.push_str(&format!(
+                "laneway: new credentials saved to {} (mode 0600). Paste into your shell:\n\n\
+                 export AWS_ACCESS_KEY_ID={access_key}\n\
+                 export AWS_SECRET_ACCESS_KEY={}\n\
+                 export AWS_DEFAULT_REGION={}\n\
+                 export AWS_ENDPOINT_URL={endpoint}\n\n\
+                 then try:\n\n\
+                 aws --endpoint-url {endpoint} s3 ls\n\n",
+                creds.path().display(),
+                secret.expose(),
+                cfg.region,
+            ));
+        }
+        Bootstrap::Existing { access_key } => {
+            text.push_str(&format!(
+                "laneway: access key id {access_key} (secret in {})\n",
+                creds.path().display()
+            ));
+        }
+    }
+    text.push_str(&format!("laneway listening on http://{addr}\n"));
+    let mut out = std::io::stdout().lock();
+    if out.write_all(text.as_bytes()).and_then(|()| out.flush()).is_err() {
+        tracing::warn!("could not write the startup banner to stdout");
+    }
+}
+
+/// The address clients should use: loopback when bound to "any".
+fn paste_addr(addr: SocketAddr) -> SocketAddr {
+    match addr {
+        SocketAddr::V4(a) if a.ip().is_unspecified() => SocketAddr::from(([127, 0, 0, 1], a.port())),
+        SocketAddr::V6(a) if a.ip().is_unspecified() => {
+            SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, a.port()))
+        }
+        other => other,
+    }
+}
+
+async fn accept_until_signal(listener: TcpListener, service: S3Service, cfg: &ServeConfig) {
+    let graceful = GracefulShutdown::new();
+    let builder = auto::Builder::new(TokioExecutor::new());
+    let ids = Arc::new(RequestIds::new());
+    let mut signal = std::pin::pin!(shutdown_signal());
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _peer)) => serve_one(stream, &builder, &graceful, &service, &ids),
+                Err(e) => {
+                    // Typically EMFILE: back off instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+            },
+            () = &mut signal => break,
+        }
+    }
+    drop(listener);
+    tracing::info!(grace_secs = cfg.shutdown_grace.as_secs(), "stopped accepting; draining in-flight requests");
+    tokio::select! {
+        drained = tokio::time::timeout(cfg.shutdown_grace, graceful.shutdown()) => {
+            if drained.is_err() {
+                tracing::warn!("grace period over; closing remaining connections");
+            }
+        }
+        () = shutdown_signal() => tracing::warn!("second signal; not waiting for in-flight requests"),
+    }
+}
+
+fn serve_one(
+    stream: TcpStream,
+    builder: &auto::Builder<TokioExecutor>,
+    graceful: &GracefulShutdown,
+    service: &S3Service,
+    ids: &Arc<RequestIds>,
+) {
+    if let Err(e) = stream.set_nodelay(true) {
+        tracing::debug!(error = %e, "TCP_NODELAY not set");
+    }
+    let service = service.clone();
+    let ids = Arc::clone(ids);
+    let svc = hyper::service::service_fn(move |req| handle(service.clone(), Arc::clone(&ids), req));
+    let conn = builder.serve_connection(TokioIo::new(stream), svc).into_owned();
+    let conn = graceful.watch(conn);
+    tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            tracing::debug!(error = %e, "connection ended with an error");
+        }
+    });
+}
+
+/// One request: id, span, the s3s service, the request-id header.
+async fn handle(
+    service: S3Service,
+    ids: Arc<RequestIds>,
+    mut req: http::Request<Incoming>,
+) -> Result<HttpResponse, HttpError> {
+    let id = ids.next();
+    let span = tracing::info_span!(
+        "request",
+        id = %id,
+        method = %req.method(),
+        path = %req.uri().path(),
+        tenant = tracing::field::Empty,
+    );
+    req.extensions_mut().insert(RequestInfo { id: id.clone(), span: span.clone() });
+    let started = Instant::now();
+    let mut result = service.call(req.map(s3s::Body::from)).instrument(span.clone()).await;
+    let _enter = span.enter();
+    match &mut result {
+        Ok(resp) => {
+            if let Ok(v) = http::HeaderValue::from_str(&id) {
+                resp.headers_mut().insert("x-amz-request-id", v);
+            }
+            let status = resp.status().as_u16();
+            let elapsed_us = started.elapsed().as_micros();
+            if resp.status().is_server_error() {
+                tracing::warn!(status, elapsed_us, "request failed");
+            } else {
+                tracing::debug!(status, elapsed_us, "request done");
+            }
+        }
+        Err(e) => tracing::warn!(error = ?e, "request error"),
+    }
+    result
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot watch SIGTERM; Ctrl-C only");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}

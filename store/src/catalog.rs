@@ -1,0 +1,211 @@
+//! The bucket catalog: every tenant's buckets, in an index of its own
+//! (`<data dir>/catalog`), separate from the object partitions.
+//!
+//! Keys: `b'b' | tenant id | 0x00 | bucket name` -> `FORMAT_V1 | bincode(BucketInfo)`,
+//! so a tenant's buckets are one ordered range (ListBuckets is a scan) and two
+//! tenants may own buckets with the same name. `b'#'` holds the next bucket
+//! id; ids are never reused, so objects of a deleted bucket can never
+//! reappear under a new one. Bucket changes are rare: each is its own
+//! batch, synced before it returns, under one mutex.
+
+use crate::error::{StoreError, StoreResult};
+use crate::ids::{BucketId, TenantId};
+use crate::index::{Engine, MetaIndex, WriteBatch, open_index};
+use crate::record::{FORMAT_V1, Tag};
+use crate::store::BucketInfo;
+use parking_lot::Mutex;
+use std::path::Path;
+
+const BUCKET_TAG: u8 = b'b';
+const NEXT_ID_KEY: &[u8] = b"#next-bucket-id";
+
+/// The bucket catalog.
+pub struct Catalog {
+    index: Box<dyn MetaIndex>,
+    /// Serialises read-modify-write of bucket rows and the id counter.
+    write_lock: Mutex<()>,
+}
+
+fn tenant_prefix(tenant: &TenantId) -> Vec<u8> {
+    let mut k = vec![BUCKET_TAG];
+    k.extend_from_slice(tenant.as_str().as_bytes());
+    k.push(0);
+    k
+}
+
+fn bucket_key(tenant: &TenantId, name: &str) -> Vec<u8> {
+    let mut k = tenant_prefix(tenant);
+    k.extend_from_slice(name.as_bytes());
+    k
+}
+
+fn encode(b: &BucketInfo) -> Vec<u8> {
+    let mut out = vec![FORMAT_V1];
+    if let Err(e) = bincode::serialize_into(&mut out, b) {
+        unreachable!("bincode of a plain struct into a Vec failed: {e}");
+    }
+    out
+}
+
+fn decode(bytes: &[u8]) -> StoreResult<BucketInfo> {
+    match bytes.split_first() {
+        Some((&FORMAT_V1, rest)) => bincode::deserialize(rest)
+            .map_err(|e| StoreError::Corrupt(format!("bucket record: {e}"))),
+        _ => Err(StoreError::Corrupt("bucket record: unknown format".into())),
+    }
+}
+
+fn now_ms() -> i64 {
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+impl Catalog {
+    /// Open the catalog under `dir/catalog`.
+    pub fn open(dir: &Path, engine: Engine) -> StoreResult<Catalog> {
+        let path = dir.join("catalog");
+        std::fs::create_dir_all(&path)?;
+        Ok(Catalog {
+            index: open_index(engine, &path)?,
+            write_lock: Mutex::new(()),
+        })
+    }
+
+    /// The bucket `name` of `tenant`, if it exists.
+    pub fn get(&self, tenant: &TenantId, name: &str) -> StoreResult<Option<BucketInfo>> {
+        self.index
+            .get(&bucket_key(tenant, name))?
+            .map(|v| decode(&v))
+            .transpose()
+    }
+
+    /// Create a bucket; BucketAlreadyOwnedByYou when the tenant has it.
+    pub fn create(&self, tenant: &TenantId, name: &str, region: &str) -> StoreResult<BucketInfo> {
+        let _guard = self.write_lock.lock();
+        if self.get(tenant, name)?.is_some() {
+            return Err(StoreError::BucketAlreadyOwnedByYou);
+        }
+        let id = self.next_id()?;
+        let info = BucketInfo {
+            id,
+            tenant: tenant.clone(),
+            name: name.to_string(),
+            created_ms: now_ms(),
+            region: region.to_string(),
+            tags: Vec::new(),
+        };
+        let mut batch = WriteBatch::default();
+        batch.put(NEXT_ID_KEY.to_vec(), (id.0 + 1).to_be_bytes().to_vec());
+        batch.put(bucket_key(tenant, name), encode(&info));
+        self.commit(batch)?;
+        Ok(info)
+    }
+
+    fn next_id(&self) -> StoreResult<BucketId> {
+        match self.index.get(NEXT_ID_KEY)? {
+            None => Ok(BucketId(1)),
+            Some(v) => {
+                let raw: [u8; 8] = v
+                    .as_slice()
+                    .try_into()
+                    .map_err(|_| StoreError::Corrupt("bucket id counter".into()))?;
+                Ok(BucketId(u64::from_be_bytes(raw)))
+            }
+        }
+    }
+
+    fn commit(&self, batch: WriteBatch) -> StoreResult<()> {
+        self.index.write(batch)?;
+        self.index.sync()
+    }
+
+    /// Remove a bucket row (the caller has checked it is empty).
+    pub fn delete(&self, tenant: &TenantId, name: &str) -> StoreResult<()> {
+        let _guard = self.write_lock.lock();
+        if self.get(tenant, name)?.is_none() {
+            return Err(StoreError::NoSuchBucket);
+        }
+        let mut batch = WriteBatch::default();
+        batch.delete(bucket_key(tenant, name));
+        self.commit(batch)
+    }
+
+    /// Replace a bucket's tag set (empty = remove).
+    pub fn set_tags(&self, tenant: &TenantId, name: &str, tags: Vec<Tag>) -> StoreResult<()> {
+        let _guard = self.write_lock.lock();
+        let mut info = self.get(tenant, name)?.ok_or(StoreError::NoSuchBucket)?;
+        info.tags = tags;
+        let mut batch = WriteBatch::default();
+        batch.put(bucket_key(tenant, name), encode(&info));
+        self.commit(batch)
+    }
+
+    /// All buckets of `tenant`, by name.
+    pub fn list(&self, tenant: &TenantId) -> StoreResult<Vec<BucketInfo>> {
+        let start = tenant_prefix(tenant);
+        let mut end = start.clone();
+        // The separator 0x00 becomes 0x01: the first key past this tenant.
+        if let Some(last) = end.last_mut() {
+            *last = 1;
+        }
+        let mut out = Vec::new();
+        let mut from = start;
+        loop {
+            let rows = self.index.scan(&from, &end, 1000)?;
+            let Some((last_key, _)) = rows.last() else {
+                break;
+            };
+            from = last_key.clone();
+            from.push(0);
+            let full = rows.len() == 1000;
+            for (_, v) in rows {
+                out.push(decode(&v)?);
+            }
+            if !full {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Make all catalog writes durable (shutdown).
+    pub fn sync(&self) -> StoreResult<()> {
+        self.index.sync()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_are_namespaced_by_tenant() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let c = Catalog::open(dir.path(), Engine::Fjall).expect("open");
+        let a = TenantId("a".into());
+        let b = TenantId("b".into());
+        let ad = c.create(&a, "data", "us-east-1").expect("a data");
+        let bd = c.create(&b, "data", "us-east-1").expect("b data");
+        assert_ne!(ad.id, bd.id);
+        assert!(matches!(
+            c.create(&a, "data", "x"),
+            Err(StoreError::BucketAlreadyOwnedByYou)
+        ));
+        c.create(&a, "zeta", "us-east-1").expect("zeta");
+        let names: Vec<_> = c
+            .list(&a)
+            .expect("list")
+            .into_iter()
+            .map(|b| b.name)
+            .collect();
+        assert_eq!(names, vec!["data", "zeta"]);
+        assert_eq!(c.list(&b).expect("list b").len(), 1);
+        c.delete(&a, "data").expect("delete");
+        assert!(c.get(&a, "data").expect("get").is_none());
+        assert!(c.get(&b, "data").expect("get").is_some());
+        let again = c.create(&a, "data", "us-east-1").expect("recreate");
+        assert!(again.id.0 > bd.id.0, "ids are never reused");
+    }
+}

@@ -1,0 +1,393 @@
+//! Group commit: one thread per partition applies every mutation of that
+//! partition, gathering whatever is queued into one durable batch.
+//!
+//! Why a thread: both index engines serialise syncs, and a sync costs the
+//! same for one record as for a thousand. While the thread is syncing a
+//! batch, new requests queue; the next round takes them all, so N concurrent
+//! writers share one fsync instead of paying N. Because it is the only
+//! writer of its partition's index, read-modify-write operations (tagging,
+//! conditional puts, usage counters) need no further locking: the thread
+//! reads through an overlay of the batch being built, so later requests in
+//! the same batch see earlier ones.
+//!
+//! Order of a round: (1) apply each request to the overlay; a request that
+//! fails (precondition, missing key) fails alone; (2) fdatasync every volume
+//! segment the batch's records point into; (3) write the index batch,
+//! including the usage and segment counter rows it changed; (4) sync the
+//! index; (5) answer. Data is therefore durable before the metadata that
+//! points to it, and a reply of success means both are on disk.
+
+use crate::error::{StoreError, StoreResult};
+use crate::ids::BucketId;
+use crate::index::{MetaIndex, WriteBatch};
+use crate::record::{
+    DataLoc, ObjectMeta, StoredObject, Tag, Usage, object_key, segment_key, usage_key,
+};
+use crate::volume::VolumeSet;
+use crossbeam_channel::{Receiver, Sender};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use tokio::sync::oneshot;
+
+/// Most requests folded into one batch.
+const MAX_BATCH: usize = 1024;
+
+/// A precondition on a put.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub enum WriteCond {
+    /// Unconditional.
+    #[default]
+    None,
+    /// Only if no object exists under the key (If-None-Match: *).
+    IfAbsent,
+    /// Only if the current object's MD5 is this (If-Match).
+    IfMd5([u8; 16]),
+}
+
+/// One mutation of a partition.
+#[derive(Debug)]
+pub enum Op {
+    /// Store a new object record (replacing any old one).
+    Put {
+        /// Bucket.
+        bucket: BucketId,
+        /// Object key.
+        key: String,
+        /// The new record.
+        record: StoredObject,
+        /// Precondition.
+        cond: WriteCond,
+    },
+    /// Remove an object.
+    Delete {
+        /// Bucket.
+        bucket: BucketId,
+        /// Object key.
+        key: String,
+    },
+    /// Replace an object's tag set.
+    SetTags {
+        /// Bucket.
+        bucket: BucketId,
+        /// Object key.
+        key: String,
+        /// New tag set.
+        tags: Vec<Tag>,
+    },
+    /// Replace an object's client metadata (and optionally tags) in place.
+    ReplaceMeta {
+        /// Bucket.
+        bucket: BucketId,
+        /// Object key.
+        key: String,
+        /// New metadata.
+        meta: ObjectMeta,
+        /// New tags, or keep.
+        tags: Option<Vec<Tag>>,
+        /// New modification time.
+        mtime_ms: i64,
+    },
+    /// Point an object at a new copy of its data, if it still points at
+    /// `from` (compaction).
+    Relocate {
+        /// Bucket.
+        bucket: BucketId,
+        /// Object key.
+        key: String,
+        /// (segment, offset) the record must still point at.
+        from: (u64, u64),
+        /// The new location.
+        to: DataLoc,
+    },
+}
+
+/// What a successful op did.
+#[derive(Debug)]
+pub enum Outcome {
+    /// Put stored; the replaced record if any.
+    Put(Option<StoredObject>),
+    /// Delete done; whether the object existed.
+    Deleted(bool),
+    /// The updated record.
+    Updated(StoredObject),
+    /// Whether a relocation applied.
+    Relocated(bool),
+}
+
+/// A queued request.
+pub struct Request {
+    /// The mutation.
+    pub op: Op,
+    /// Volume segments that must be synced before this op's metadata.
+    pub segments: Vec<u64>,
+    /// Where the answer goes.
+    pub reply: oneshot::Sender<StoreResult<Outcome>>,
+}
+
+/// The mutations of one round, applied to an overlay over the index.
+struct Round<'a> {
+    index: &'a dyn MetaIndex,
+    overlay: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    usage: HashMap<BucketId, Usage>,
+    segments: HashMap<u64, i64>,
+}
+
+impl<'a> Round<'a> {
+    fn new(index: &'a dyn MetaIndex) -> Self {
+        Round {
+            index,
+            overlay: BTreeMap::new(),
+            usage: HashMap::new(),
+            segments: HashMap::new(),
+        }
+    }
+
+    fn current(&self, ikey: &[u8]) -> StoreResult<Option<StoredObject>> {
+        let raw = match self.overlay.get(ikey) {
+            Some(v) => v.clone(),
+            None => self.index.get(ikey)?,
+        };
+        raw.map(|v| StoredObject::decode(&v)).transpose()
+    }
+
+    fn account(
+        &mut self,
+        bucket: BucketId,
+        old: Option<&StoredObject>,
+        new: Option<&StoredObject>,
+    ) {
+        let u = self.usage.entry(bucket).or_default();
+        let size =
+            |r: Option<&StoredObject>| r.map_or(0, |r| i64::try_from(r.size).unwrap_or(i64::MAX));
+        u.objects += i64::from(new.is_some()) - i64::from(old.is_some());
+        u.bytes += size(new) - size(old);
+        for (rec, sign) in [(old, -1i64), (new, 1)] {
+            if let Some(DataLoc::Volume {
+                segment,
+                record_len,
+                ..
+            }) = rec.map(|r| &r.data)
+            {
+                *self.segments.entry(*segment).or_default() +=
+                    sign * i64::try_from(*record_len).unwrap_or(i64::MAX);
+            }
+        }
+    }
+
+    fn apply(&mut self, op: Op) -> StoreResult<Outcome> {
+        match op {
+            Op::Put {
+                bucket,
+                key,
+                record,
+                cond,
+            } => {
+                let ikey = object_key(bucket, key.as_bytes());
+                let old = self.current(&ikey)?;
+                check_cond(&cond, old.as_ref())?;
+                self.account(bucket, old.as_ref(), Some(&record));
+                self.overlay.insert(ikey, Some(record.encode()));
+                Ok(Outcome::Put(old))
+            }
+            Op::Delete { bucket, key } => {
+                let ikey = object_key(bucket, key.as_bytes());
+                let Some(old) = self.current(&ikey)? else {
+                    return Ok(Outcome::Deleted(false));
+                };
+                self.account(bucket, Some(&old), None);
+                self.overlay.insert(ikey, None);
+                Ok(Outcome::Deleted(true))
+            }
+            Op::SetTags { bucket, key, tags } => self.update(bucket, &key, |r| r.tags = tags),
+            Op::ReplaceMeta {
+                bucket,
+                key,
+                meta,
+                tags,
+                mtime_ms,
+            } => self.update(bucket, &key, |r| {
+                r.meta = meta;
+                r.mtime_ms = mtime_ms;
+                if let Some(t) = tags {
+                    r.tags = t;
+                }
+            }),
+            Op::Relocate {
+                bucket,
+                key,
+                from,
+                to,
+            } => self.relocate(bucket, &key, from, to),
+        }
+    }
+
+    fn update(
+        &mut self,
+        bucket: BucketId,
+        key: &str,
+        f: impl FnOnce(&mut StoredObject),
+    ) -> StoreResult<Outcome> {
+        let ikey = object_key(bucket, key.as_bytes());
+        let mut rec = self.current(&ikey)?.ok_or(StoreError::NoSuchKey)?;
+        f(&mut rec);
+        self.overlay.insert(ikey, Some(rec.encode()));
+        Ok(Outcome::Updated(rec))
+    }
+
+    fn relocate(
+        &mut self,
+        bucket: BucketId,
+        key: &str,
+        from: (u64, u64),
+        to: DataLoc,
+    ) -> StoreResult<Outcome> {
+        let ikey = object_key(bucket, key.as_bytes());
+        let Some(old) = self.current(&ikey)? else {
+            return Ok(Outcome::Relocated(false));
+        };
+        let still_there = matches!(old.data, DataLoc::Volume { segment, offset, .. } if (segment, offset) == from);
+        if !still_there {
+            return Ok(Outcome::Relocated(false));
+        }
+        let mut new = old.clone();
+        new.data = to;
+        // Same object, same size: only the segment counters move.
+        self.account(bucket, Some(&old), Some(&new));
+        self.overlay.insert(ikey, Some(new.encode()));
+        Ok(Outcome::Relocated(true))
+    }
+
+    /// The index batch for this round, counters included.
+    fn into_batch(self) -> StoreResult<WriteBatch> {
+        let mut batch = WriteBatch::default();
+        for (k, v) in self.overlay {
+            match v {
+                Some(v) => batch.put(k, v),
+                None => batch.delete(k),
+            }
+        }
+        for (bucket, delta) in self.usage {
+            let key = usage_key(bucket);
+            let mut u = self
+                .index
+                .get(&key)?
+                .map(|v| Usage::decode(&v))
+                .transpose()?
+                .unwrap_or_default();
+            u.objects += delta.objects;
+            u.bytes += delta.bytes;
+            if u == Usage::default() {
+                batch.delete(key);
+            } else {
+                batch.put(key, u.encode());
+            }
+        }
+        for (segment, delta) in self.segments.into_iter().filter(|(_, d)| *d != 0) {
+            let key = segment_key(segment);
+            let live = read_live(self.index, segment)? + delta;
+            batch.put(key, live.to_be_bytes().to_vec());
+        }
+        Ok(batch)
+    }
+}
+
+/// Live bytes recorded for a segment.
+pub fn read_live(index: &dyn MetaIndex, segment: u64) -> StoreResult<i64> {
+    match index.get(&segment_key(segment))? {
+        None => Ok(0),
+        Some(v) => {
+            let raw: [u8; 8] = v
+                .as_slice()
+                .try_into()
+                .map_err(|_| StoreError::Corrupt("segment row".into()))?;
+            Ok(i64::from_be_bytes(raw))
+        }
+    }
+}
+
+fn check_cond(cond: &WriteCond, old: Option<&StoredObject>) -> StoreResult<()> {
+    let ok = match cond {
+        WriteCond::None => true,
+        WriteCond::IfAbsent => old.is_none(),
+        WriteCond::IfMd5(md5) => old.is_some_and(|o| &o.md5 == md5),
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(StoreError::PreconditionFailed)
+    }
+}
+
+/// Start the commit thread of a partition.
+pub fn spawn(
+    name: String,
+    index: Arc<dyn MetaIndex>,
+    volumes: Arc<VolumeSet>,
+    durable: bool,
+) -> StoreResult<(Sender<Request>, std::thread::JoinHandle<()>)> {
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let handle = std::thread::Builder::new()
+        .name(name)
+        .spawn(move || run(&*index, &volumes, &rx, durable))?;
+    Ok((tx, handle))
+}
+
+fn run(index: &dyn MetaIndex, volumes: &VolumeSet, rx: &Receiver<Request>, durable: bool) {
+    // Ends when every sender is gone (shutdown) and the queue is drained.
+    while let Ok(first) = rx.recv() {
+        let mut reqs = vec![first];
+        while reqs.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(r) => reqs.push(r),
+                Err(_) => break,
+            }
+        }
+        commit_round(index, volumes, reqs, durable);
+    }
+}
+
+fn commit_round(index: &dyn MetaIndex, volumes: &VolumeSet, reqs: Vec<Request>, durable: bool) {
+    let mut round = Round::new(index);
+    let mut segments = BTreeSet::new();
+    let mut answers = Vec::with_capacity(reqs.len());
+    for req in reqs {
+        let result = round.apply(req.op);
+        if result.is_ok() {
+            segments.extend(req.segments);
+        }
+        answers.push((req.reply, result));
+    }
+    let committed = persist(index, volumes, round, &segments, durable);
+    for (reply, result) in answers {
+        let result = match (&committed, result) {
+            (Ok(()), r) => r,
+            (Err(e), Ok(_)) => Err(StoreError::Io(std::io::Error::other(e.to_string()))),
+            (Err(_), Err(e)) => Err(e),
+        };
+        // A caller that went away no longer needs its answer.
+        let _ = reply.send(result);
+    }
+}
+
+fn persist(
+    index: &dyn MetaIndex,
+    volumes: &VolumeSet,
+    round: Round<'_>,
+    segments: &BTreeSet<u64>,
+    durable: bool,
+) -> StoreResult<()> {
+    if durable {
+        for &s in segments {
+            volumes.sync(s)?;
+        }
+    }
+    let batch = round.into_batch()?;
+    if batch.is_empty() {
+        return Ok(());
+    }
+    index.write(batch)?;
+    if durable {
+        index.sync()?;
+    }
+    Ok(())
+}

@@ -1,0 +1,127 @@
+//! Compaction: reclaim volume space left behind by overwrites and deletes.
+//!
+//! Every partition keeps, per segment, the bytes of records that live
+//! objects still point at (a counter row updated in the same batch as the
+//! objects). A sealed segment whose garbage share passes a threshold is
+//! rewritten: its records are scanned in order (each header verified), every
+//! record the index still points at is copied into an open segment and the
+//! object is re-pointed through the commit thread (applied only if the
+//! object still points at the old copy, so a concurrent overwrite wins), and
+//! once nothing points into the segment any more its file is deleted.
+//! Readers that already opened the old file finish from their open handle;
+//! readers that looked up the old location just before it moved retry once
+//! (see `Partition::get`).
+
+use crate::commit::{Op, Outcome, read_live};
+use crate::error::StoreResult;
+use crate::partition::Partition;
+use crate::record::{DataLoc, StoredObject, object_key};
+use crate::volume::{RangeReader, RecordHeader, RecordWriter, read_header, record_len};
+use std::fs::File;
+use std::sync::Arc;
+
+/// What one compaction pass did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CompactionReport {
+    /// Segments rewritten and deleted.
+    pub segments: u64,
+    /// Records copied to new segments.
+    pub records_moved: u64,
+    /// Bytes of segment files deleted.
+    pub bytes_freed: u64,
+}
+
+/// Compact every sealed segment of `p` whose garbage share is at least
+/// `min_garbage` (0.0..=1.0). With `seal_idle`, idle open segments are
+/// sealed first so that they qualify too.
+pub async fn compact_partition(
+    p: &Partition,
+    min_garbage: f64,
+    seal_idle: bool,
+) -> StoreResult<CompactionReport> {
+    if seal_idle {
+        p.volumes().seal_idle();
+    }
+    let mut report = CompactionReport::default();
+    for (segment, len) in p.volumes().sealed()? {
+        let live = u64::try_from(read_live(p.index(), segment)?.max(0)).unwrap_or(0);
+        let garbage = len.saturating_sub(live);
+        if len > 0 && (garbage as f64) < min_garbage * len as f64 {
+            continue;
+        }
+        report.records_moved += move_live_records(p, segment, len).await?;
+        if read_live(p.index(), segment)? > 0 {
+            tracing::warn!(partition = %p.id(), segment, "segment still referenced after compaction; kept");
+            continue;
+        }
+        p.volumes().remove(segment)?;
+        report.segments += 1;
+        report.bytes_freed += len;
+    }
+    Ok(report)
+}
+
+async fn move_live_records(p: &Partition, segment: u64, len: u64) -> StoreResult<u64> {
+    let file = p.volumes().file(segment)?;
+    let mut offset = 0;
+    let mut moved = 0;
+    while let Some(h) = read_header(&file, offset, len)? {
+        let rl = record_len(h.key.len() as u64, h.data_len);
+        if points_here(p, &h, segment, offset)? {
+            let to = copy_record(p, &file, &h, offset)?;
+            let new_segment = match &to {
+                DataLoc::Volume { segment, .. } => vec![*segment],
+                DataLoc::Inline(_) => Vec::new(),
+            };
+            let key = String::from_utf8_lossy(&h.key).into_owned();
+            let op = Op::Relocate {
+                bucket: h.bucket,
+                key,
+                from: (segment, offset),
+                to,
+            };
+            if matches!(p.submit(op, new_segment).await?, Outcome::Relocated(true)) {
+                moved += 1;
+            }
+        }
+        offset += rl;
+    }
+    Ok(moved)
+}
+
+fn points_here(p: &Partition, h: &RecordHeader, segment: u64, offset: u64) -> StoreResult<bool> {
+    let Some(raw) = p.index().get(&object_key(h.bucket, &h.key))? else {
+        return Ok(false);
+    };
+    let rec = StoredObject::decode(&raw)?;
+    Ok(
+        matches!(rec.data, DataLoc::Volume { segment: s, offset: o, .. } if s == segment && o == offset),
+    )
+}
+
+/// Copy one record (verifying every block) into an open segment.
+fn copy_record(
+    p: &Partition,
+    file: &Arc<File>,
+    h: &RecordHeader,
+    offset: u64,
+) -> StoreResult<DataLoc> {
+    let mut reader = RangeReader::new(
+        Arc::clone(file),
+        offset,
+        h.key.len() as u64,
+        h.data_len,
+        0,
+        h.data_len,
+    );
+    let mut seg = p.volumes().take_writer()?;
+    let result = (|| {
+        let mut w = RecordWriter::begin(&mut seg, h.bucket, &h.key)?;
+        while let Some(chunk) = reader.next_chunk()? {
+            w.push(&chunk)?;
+        }
+        w.finish()
+    })();
+    p.volumes().release(seg);
+    result
+}

@@ -1,0 +1,54 @@
+//! The store's error type. The gateway maps each variant to an S3 error code
+//! in one place (gateway `error.rs`); nothing here knows about HTTP.
+
+use thiserror::Error;
+
+/// Result alias for store operations.
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// Everything a store operation can fail with.
+#[derive(Debug, Error)]
+pub enum StoreError {
+    /// The bucket does not exist for this tenant.
+    #[error("the specified bucket does not exist")]
+    NoSuchBucket,
+    /// The tenant already owns a bucket of that name.
+    #[error("the bucket already exists and is owned by you")]
+    BucketAlreadyOwnedByYou,
+    /// Delete of a bucket that still holds objects.
+    #[error("the bucket you tried to delete is not empty")]
+    BucketNotEmpty,
+    /// The object does not exist.
+    #[error("the specified key does not exist")]
+    NoSuchKey,
+    /// The body did not match the Content-MD5 the client sent.
+    #[error("the Content-MD5 you specified did not match what we received")]
+    BadDigest,
+    /// The body ended before the declared length.
+    #[error("the request body ended before its declared length")]
+    IncompleteBody,
+    /// The body reading failed (client went away, decoding error).
+    #[error("reading the request body failed: {0}")]
+    Body(String),
+    /// A precondition on a write failed (object exists / etag differs).
+    #[error("at least one of the preconditions you specified did not hold")]
+    PreconditionFailed,
+    /// Stored data failed its checksum.
+    #[error("stored data is corrupt: {0}")]
+    Corrupt(String),
+    /// Invalid input that the gateway should have caught.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// The store is shutting down.
+    #[error("the store is shutting down")]
+    ShuttingDown,
+    /// The data directory was created with different settings.
+    #[error("data directory mismatch: {0}")]
+    Layout(String),
+    /// An I/O error from disk.
+    #[error("i/o error: {0}")]
+    Io(#[from] std::io::Error),
+    /// An error from the index engine.
+    #[error("index engine error: {0}")]
+    Engine(String),
+}

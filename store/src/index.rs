@@ -1,0 +1,99 @@
+//! The narrow metadata-index trait every partition (and the catalog) is
+//! written against, and the choice of engine behind it.
+//!
+//! The trait is deliberately small: point get, ordered range scan with a
+//! limit, an atomic write batch, and a durable sync. Group commit lives above
+//! it (in [`crate::commit`]): the engines themselves do not gain from
+//! concurrent writers, so the partition gathers writes into one batch per
+//! sync. Both engines pass the same test suite (`index_suite.rs`).
+
+use crate::error::StoreResult;
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// One mutation in an atomic batch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BatchOp {
+    /// Insert or replace `key` with `value`.
+    Put(Vec<u8>, Vec<u8>),
+    /// Remove `key` (a no-op when absent).
+    Delete(Vec<u8>),
+}
+
+/// A set of mutations applied all together or not at all.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WriteBatch {
+    /// The operations, applied in order (a later op on the same key wins).
+    pub ops: Vec<BatchOp>,
+}
+
+impl WriteBatch {
+    /// Queue an insert/replace.
+    pub fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
+        self.ops.push(BatchOp::Put(key, value));
+    }
+    /// Queue a removal.
+    pub fn delete(&mut self, key: Vec<u8>) {
+        self.ops.push(BatchOp::Delete(key));
+    }
+    /// True when nothing is queued.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+}
+
+/// A key/value pair returned by a scan.
+pub type Entry = (Vec<u8>, Vec<u8>);
+
+/// An ordered key-value index. Implementations must be safe to call from
+/// many threads; writes are serialised by the caller (the commit thread).
+pub trait MetaIndex: Send + Sync + 'static {
+    /// The value stored at `key`, if any.
+    fn get(&self, key: &[u8]) -> StoreResult<Option<Vec<u8>>>;
+    /// Up to `limit` entries with `start <= key < end`, in ascending key
+    /// order. An empty `end` means "no upper bound".
+    fn scan(&self, start: &[u8], end: &[u8], limit: usize) -> StoreResult<Vec<Entry>>;
+    /// Apply `batch` atomically (visible to readers all at once; after a
+    /// crash either all or none of it is present once synced).
+    fn write(&self, batch: WriteBatch) -> StoreResult<()>;
+    /// Make every write so far durable (survives power loss) before returning.
+    fn sync(&self) -> StoreResult<()>;
+    /// Bytes the index occupies on disk (for benchmarks and metrics).
+    fn disk_bytes(&self) -> StoreResult<u64>;
+}
+
+/// Which engine backs the metadata indexes of a data directory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Engine {
+    /// fjall 3 (LSM tree); the default, chosen by measurement (docs/benchmarks.md).
+    Fjall,
+    /// sled 0.34 (Bw-tree-like); synced with an explicit fsync of its files.
+    Sled,
+}
+
+impl Engine {
+    /// Parse an engine name as used on the command line and in the data dir.
+    pub fn parse(s: &str) -> Option<Engine> {
+        match s {
+            "fjall" => Some(Engine::Fjall),
+            "sled" => Some(Engine::Sled),
+            _ => None,
+        }
+    }
+    /// The engine's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Engine::Fjall => "fjall",
+            Engine::Sled => "sled",
+        }
+    }
+}
+
+/// Open (creating if needed) an index of `engine` in directory `path`.
+pub fn open_index(engine: Engine, path: &Path) -> StoreResult<Box<dyn MetaIndex>> {
+    match engine {
+        Engine::Fjall => Ok(Box::new(crate::index_fjall::FjallIndex::open(path)?)),
+        Engine::Sled => Ok(Box::new(crate::index_sled::SledIndex::open(path)?)),
+    }
+}

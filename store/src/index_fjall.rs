@@ -1,0 +1,138 @@
+//! [`MetaIndex`] on fjall 3 (an LSM tree): the store's default engine.
+//!
+//! One fjall database per index directory, holding a single keyspace. Writes
+//! go to fjall's journal (flushed to the OS on every batch) and become durable
+//! only when [`MetaIndex::sync`] persists the journal with
+//! `PersistMode::SyncAll` (fsync of data and metadata).
+//!
+//! Two fjall details the adapter handles:
+//! - fjall's plain keyspace reads see the newest entries, including a batch
+//!   still being applied; reads here go through a database snapshot, which
+//!   only shows published (complete) batches.
+//! - every op of a fjall batch carries the same sequence number, so two ops on
+//!   one key would be ambiguous; the batch is reduced to the last op per key
+//!   before it is committed.
+//!
+//! Memory is kept modest because 16 partition indexes share one process.
+
+use crate::error::{StoreError, StoreResult};
+use crate::index::{BatchOp, Entry, MetaIndex, WriteBatch};
+use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode, Readable};
+use std::collections::HashSet;
+use std::path::Path;
+
+/// Block cache per index (fjall's default is 32 MiB).
+const CACHE_BYTES: u64 = 16 * 1024 * 1024;
+
+/// Memtable size at which fjall flushes to a table (default 64 MiB).
+const MEMTABLE_BYTES: u64 = 16 * 1024 * 1024;
+
+/// Journal size that forces memtable flushes (fjall's minimum).
+const MAX_JOURNAL_BYTES: u64 = 64 * 1024 * 1024;
+
+/// The one keyspace an index uses.
+const KEYSPACE: &str = "meta";
+
+/// A metadata index stored in one fjall database directory.
+pub struct FjallIndex {
+    db: Database,
+    keyspace: Keyspace,
+}
+
+impl FjallIndex {
+    /// Open (creating if needed) the fjall database in directory `path`.
+    pub fn open(path: &Path) -> StoreResult<FjallIndex> {
+        let db = Database::builder(path)
+            .cache_size(CACHE_BYTES)
+            .max_journaling_size(MAX_JOURNAL_BYTES)
+            .open()
+            .map_err(engine_err)?;
+        let keyspace = db
+            .keyspace(KEYSPACE, || {
+                KeyspaceCreateOptions::default().max_memtable_size(MEMTABLE_BYTES)
+            })
+            .map_err(engine_err)?;
+        let index = FjallIndex { db, keyspace };
+        index.sync()?;
+        Ok(index)
+    }
+}
+
+impl MetaIndex for FjallIndex {
+    fn get(&self, key: &[u8]) -> StoreResult<Option<Vec<u8>>> {
+        let snapshot = self.db.snapshot();
+        let value = snapshot.get(&self.keyspace, key).map_err(engine_err)?;
+        Ok(value.map(|v| v.to_vec()))
+    }
+
+    fn scan(&self, start: &[u8], end: &[u8], limit: usize) -> StoreResult<Vec<Entry>> {
+        if limit == 0 || (!end.is_empty() && start >= end) {
+            return Ok(Vec::new());
+        }
+        let snapshot = self.db.snapshot();
+        let iter = if end.is_empty() {
+            snapshot.range(&self.keyspace, start..)
+        } else {
+            snapshot.range(&self.keyspace, start..end)
+        };
+        let mut out = Vec::with_capacity(limit.min(1024));
+        for guard in iter.take(limit) {
+            let (k, v) = guard.into_inner().map_err(engine_err)?;
+            out.push((k.to_vec(), v.to_vec()));
+        }
+        Ok(out)
+    }
+
+    fn write(&self, batch: WriteBatch) -> StoreResult<()> {
+        let ops = last_op_per_key(batch.ops);
+        if ops.is_empty() {
+            return Ok(());
+        }
+        let mut fjall_batch = self.db.batch();
+        for op in ops {
+            match op {
+                BatchOp::Put(k, v) => fjall_batch.insert(&self.keyspace, k, v),
+                BatchOp::Delete(k) => fjall_batch.remove(&self.keyspace, k),
+            }
+        }
+        fjall_batch.commit().map_err(engine_err)
+    }
+
+    fn sync(&self) -> StoreResult<()> {
+        self.db.persist(PersistMode::SyncAll).map_err(engine_err)
+    }
+
+    fn disk_bytes(&self) -> StoreResult<u64> {
+        self.db.disk_space().map_err(engine_err)
+    }
+}
+
+/// Keep only the last op on each key, in their original relative order.
+fn last_op_per_key(ops: Vec<BatchOp>) -> Vec<BatchOp> {
+    let keep = last_occurrence_flags(&ops);
+    if keep.iter().all(|k| *k) {
+        return ops;
+    }
+    ops.into_iter()
+        .zip(keep)
+        .filter_map(|(op, k)| k.then_some(op))
+        .collect()
+}
+
+/// For each op, whether no later op in `ops` touches the same key.
+fn last_occurrence_flags(ops: &[BatchOp]) -> Vec<bool> {
+    let mut seen: HashSet<&[u8]> = HashSet::with_capacity(ops.len());
+    let mut keep: Vec<bool> = ops.iter().rev().map(|op| seen.insert(op_key(op))).collect();
+    keep.reverse();
+    keep
+}
+
+fn op_key(op: &BatchOp) -> &[u8] {
+    match op {
+        BatchOp::Put(k, _) | BatchOp::Delete(k) => k,
+    }
+}
+
+fn engine_err(e: fjall::Error) -> StoreError {
+    StoreError::Engine(format!("fjall: {e}"))
+}

@@ -1,0 +1,37 @@
+//! laneway-store: the partitioned, durable object store under the gateway.
+//!
+//! A data directory holds a fixed, power-of-two number of partitions chosen
+//! when it is created. Each object lives in exactly one partition, chosen by a
+//! stable hash of (bucket id, key). A partition owns a metadata index (ordered
+//! by (bucket id, key), so LIST is a range scan), a set of append-only data
+//! volume segments for objects above the inline threshold, and a commit thread
+//! that gathers concurrent mutations into one durable batch (group commit).
+//!
+//! The gateway only sees [`Store`]: buckets live in the [`catalog`], objects in
+//! partitions, and LIST is a streaming k-way merge over partitions ([`list`]).
+
+pub mod catalog;
+pub mod commit;
+pub mod compaction;
+pub mod error;
+pub mod hash;
+pub mod ids;
+pub mod index;
+pub mod index_fjall;
+pub mod index_sled;
+pub mod layout;
+pub mod list;
+pub mod partition;
+pub mod record;
+pub mod store;
+pub mod volume;
+
+#[cfg(test)]
+mod index_suite;
+
+pub use error::{StoreError, StoreResult};
+pub use ids::{BucketId, PartitionId, TenantId};
+pub use index::Engine;
+pub use list::{ListEntry, ListPage, ListQuery, Resume};
+pub use record::{ObjectInfo, ObjectMeta, Tag};
+pub use store::{BodyStream, BucketInfo, GetRange, PutOptions, Store, StoreConfig};

@@ -1,0 +1,406 @@
+//! One partition: its metadata index, its data volumes and its commit thread.
+//!
+//! A partition is self-contained under `<data dir>/partitions/pNNNN/`
+//! (`index/` and `volumes/`), so it can later be moved to another node as a
+//! unit. Reads go straight to the index; every mutation goes through the
+//! partition's commit thread ([`crate::commit`]).
+
+use crate::commit::{self, Op, Outcome, Request, WriteCond};
+use crate::error::{StoreError, StoreResult};
+use crate::ids::{BucketId, PartitionId};
+use crate::index::{Engine, MetaIndex, open_index};
+use crate::record::{
+    DataLoc, ObjectInfo, ObjectMeta, StoredObject, Tag, Usage, object_key, usage_key,
+};
+use crate::store::{BodyStream, GetRange, PutOptions, StoreConfig};
+use crate::volume::{RangeReader, RecordWriter, SegmentWriter, VolumeSet};
+use bytes::Bytes;
+use crossbeam_channel::Sender;
+use futures::StreamExt;
+use md5::{Digest, Md5};
+use parking_lot::Mutex;
+use std::path::Path;
+use std::sync::Arc;
+use tokio::sync::oneshot;
+
+/// One partition of the store.
+pub struct Partition {
+    id: PartitionId,
+    index: Arc<dyn MetaIndex>,
+    volumes: Arc<VolumeSet>,
+    /// The commit thread's queue; `None` once shut down.
+    tx: Mutex<Option<Sender<Request>>>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    inline_max: u64,
+}
+
+/// Milliseconds since the Unix epoch, now.
+pub fn now_ms() -> i64 {
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// A body being received: inline bytes until it outgrows the threshold,
+/// then a volume record.
+struct Received {
+    size: u64,
+    md5: [u8; 16],
+    data: DataLoc,
+    segment: Option<u64>,
+}
+
+impl Partition {
+    /// Open partition `id` of the data dir `dir`.
+    pub fn open(
+        dir: &Path,
+        id: PartitionId,
+        engine: Engine,
+        cfg: &StoreConfig,
+    ) -> StoreResult<Arc<Partition>> {
+        let root = dir.join("partitions").join(id.to_string());
+        let index_dir = root.join("index");
+        std::fs::create_dir_all(&index_dir)?;
+        let index: Arc<dyn MetaIndex> = Arc::from(open_index(engine, &index_dir)?);
+        let volumes = Arc::new(VolumeSet::open(&root.join("volumes"), cfg.segment_max)?);
+        let (tx, thread) = commit::spawn(
+            format!("commit-{id}"),
+            Arc::clone(&index),
+            Arc::clone(&volumes),
+            cfg.durable,
+        )?;
+        Ok(Arc::new(Partition {
+            id,
+            index,
+            volumes,
+            tx: Mutex::new(Some(tx)),
+            thread: Mutex::new(Some(thread)),
+            inline_max: cfg.inline_max,
+        }))
+    }
+
+    /// This partition's id.
+    pub fn id(&self) -> PartitionId {
+        self.id
+    }
+
+    /// The metadata index (LIST scans, compaction).
+    pub fn index(&self) -> &dyn MetaIndex {
+        &*self.index
+    }
+
+    /// The data volumes (compaction).
+    pub fn volumes(&self) -> &VolumeSet {
+        &self.volumes
+    }
+
+    /// Queue `op` on the commit thread and wait until it is durable.
+    pub async fn submit(&self, op: Op, segments: Vec<u64>) -> StoreResult<Outcome> {
+        let (reply, rx) = oneshot::channel();
+        {
+            let tx = self.tx.lock();
+            let tx = tx.as_ref().ok_or(StoreError::ShuttingDown)?;
+            tx.send(Request {
+                op,
+                segments,
+                reply,
+            })
+            .map_err(|_| StoreError::ShuttingDown)?;
+        }
+        rx.await.map_err(|_| StoreError::ShuttingDown)?
+    }
+
+    fn record(&self, bucket: BucketId, key: &str) -> StoreResult<StoredObject> {
+        let raw = self
+            .index
+            .get(&object_key(bucket, key.as_bytes()))?
+            .ok_or(StoreError::NoSuchKey)?;
+        StoredObject::decode(&raw)
+    }
+
+    /// Metadata of an object.
+    pub fn head(&self, bucket: BucketId, key: &str) -> StoreResult<ObjectInfo> {
+        Ok(self.record(bucket, key)?.info(key))
+    }
+
+    /// Usage of `bucket` in this partition.
+    pub fn usage(&self, bucket: BucketId) -> StoreResult<Usage> {
+        self.index
+            .get(&usage_key(bucket))?
+            .map(|v| Usage::decode(&v))
+            .transpose()
+            .map(Option::unwrap_or_default)
+    }
+
+    /// Receive, verify and durably store an object.
+    pub async fn put(
+        &self,
+        bucket: BucketId,
+        key: &str,
+        meta: ObjectMeta,
+        opts: PutOptions,
+        body: BodyStream,
+    ) -> StoreResult<ObjectInfo> {
+        self.put_if(bucket, key, meta, opts, body, WriteCond::None)
+            .await
+    }
+
+    /// [`Partition::put`] with a precondition checked atomically at commit.
+    pub async fn put_if(
+        &self,
+        bucket: BucketId,
+        key: &str,
+        meta: ObjectMeta,
+        opts: PutOptions,
+        body: BodyStream,
+        cond: WriteCond,
+    ) -> StoreResult<ObjectInfo> {
+        let got = self.receive(bucket, key, &opts, body).await?;
+        let record = StoredObject {
+            size: got.size,
+            md5: got.md5,
+            mtime_ms: now_ms(),
+            meta,
+            tags: opts.tags,
+            data: got.data,
+        };
+        let info = record.info(key);
+        let op = Op::Put {
+            bucket,
+            key: key.to_string(),
+            record,
+            cond,
+        };
+        self.submit(op, got.segment.into_iter().collect()).await?;
+        Ok(info)
+    }
+
+    async fn receive(
+        &self,
+        bucket: BucketId,
+        key: &str,
+        opts: &PutOptions,
+        mut body: BodyStream,
+    ) -> StoreResult<Received> {
+        let mut md5 = Md5::new();
+        let mut head: Vec<u8> = Vec::new();
+        let goes_inline = opts.content_length.is_none_or(|n| n <= self.inline_max);
+        if goes_inline {
+            while let Some(chunk) = body.next().await {
+                let chunk = chunk.map_err(|e| StoreError::Body(e.to_string()))?;
+                md5.update(&chunk);
+                head.extend_from_slice(&chunk);
+                if head.len() as u64 > self.inline_max {
+                    break;
+                }
+            }
+            if head.len() as u64 <= self.inline_max {
+                let md5 = finish_md5(md5, opts)?;
+                check_length(head.len() as u64, opts)?;
+                return Ok(Received {
+                    size: head.len() as u64,
+                    md5,
+                    data: DataLoc::Inline(head),
+                    segment: None,
+                });
+            }
+        }
+        let mut seg = self.volumes.take_writer()?;
+        let result = self
+            .receive_to_volume(&mut seg, bucket, key, opts, md5, head, body)
+            .await;
+        let id = seg.id();
+        self.volumes.release(seg);
+        let (size, md5, data) = result?;
+        Ok(Received {
+            size,
+            md5,
+            data,
+            segment: Some(id),
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn receive_to_volume(
+        &self,
+        seg: &mut SegmentWriter,
+        bucket: BucketId,
+        key: &str,
+        opts: &PutOptions,
+        mut md5: Md5,
+        head: Vec<u8>,
+        mut body: BodyStream,
+    ) -> StoreResult<(u64, [u8; 16], DataLoc)> {
+        let mut rw = RecordWriter::begin(seg, bucket, key.as_bytes())?;
+        rw.push(&head)?;
+        while let Some(chunk) = body.next().await {
+            let chunk = chunk.map_err(|e| StoreError::Body(e.to_string()))?;
+            md5.update(&chunk);
+            rw.push(&chunk)?;
+            if opts.content_length.is_some_and(|n| rw.data_len() > n) {
+                return Err(StoreError::Body(
+                    "body is longer than its declared length".into(),
+                ));
+            }
+        }
+        // Checked before finish(): a refused body leaves no record behind.
+        let size = rw.data_len();
+        check_length(size, opts)?;
+        let md5 = finish_md5(md5, opts)?;
+        Ok((size, md5, rw.finish()?))
+    }
+
+    /// Metadata and body of an object, whole or a range.
+    pub fn get(
+        &self,
+        bucket: BucketId,
+        key: &str,
+        range: Option<GetRange>,
+    ) -> StoreResult<(ObjectInfo, BodyStream)> {
+        // A compaction may move the data between reading the record and
+        // opening its segment; the second read then sees the new location.
+        for _ in 0..3 {
+            let rec = self.record(bucket, key)?;
+            match self.open_body(&rec, key, range) {
+                Ok(body) => return Ok((rec.info(key), body)),
+                Err(StoreError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(StoreError::Engine(
+            "object data kept moving during the read".into(),
+        ))
+    }
+
+    fn open_body(
+        &self,
+        rec: &StoredObject,
+        key: &str,
+        range: Option<GetRange>,
+    ) -> StoreResult<BodyStream> {
+        let (start, end) = range.map_or((0, rec.size), |r| (r.start, r.end.min(rec.size)));
+        match &rec.data {
+            DataLoc::Inline(bytes) => {
+                let s = usize::try_from(start)
+                    .unwrap_or(usize::MAX)
+                    .min(bytes.len());
+                let e = usize::try_from(end)
+                    .unwrap_or(usize::MAX)
+                    .min(bytes.len())
+                    .max(s);
+                let chunk = Bytes::copy_from_slice(&bytes[s..e]);
+                Ok(Box::pin(futures::stream::iter(
+                    (!chunk.is_empty()).then_some(Ok(chunk)),
+                )))
+            }
+            DataLoc::Volume {
+                segment, offset, ..
+            } => {
+                let file = self.volumes.file(*segment)?;
+                let reader =
+                    RangeReader::new(file, *offset, key.len() as u64, rec.size, start, end);
+                Ok(Box::pin(futures::stream::try_unfold(
+                    reader,
+                    |mut r| async move {
+                        match r.next_chunk() {
+                            Ok(Some(b)) => Ok(Some((b, r))),
+                            Ok(None) => Ok(None),
+                            Err(e) => {
+                                tracing::error!(error = %e, "volume read failed");
+                                Err(std::io::Error::other(e.to_string()))
+                            }
+                        }
+                    },
+                )))
+            }
+        }
+    }
+
+    /// Delete an object; whether it existed.
+    pub async fn delete(&self, bucket: BucketId, key: &str) -> StoreResult<bool> {
+        match self
+            .submit(
+                Op::Delete {
+                    bucket,
+                    key: key.to_string(),
+                },
+                Vec::new(),
+            )
+            .await?
+        {
+            Outcome::Deleted(existed) => Ok(existed),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Replace an object's tags.
+    pub async fn set_tags(&self, bucket: BucketId, key: &str, tags: Vec<Tag>) -> StoreResult<()> {
+        self.submit(
+            Op::SetTags {
+                bucket,
+                key: key.to_string(),
+                tags,
+            },
+            Vec::new(),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// Replace an object's metadata in place.
+    pub async fn replace_meta(
+        &self,
+        bucket: BucketId,
+        key: &str,
+        meta: ObjectMeta,
+        tags: Option<Vec<Tag>>,
+    ) -> StoreResult<ObjectInfo> {
+        let op = Op::ReplaceMeta {
+            bucket,
+            key: key.to_string(),
+            meta,
+            tags,
+            mtime_ms: now_ms(),
+        };
+        match self.submit(op, Vec::new()).await? {
+            Outcome::Updated(rec) => Ok(rec.info(key)),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Stop the commit thread once it has committed everything queued.
+    pub fn shutdown(&self) {
+        drop(self.tx.lock().take());
+        if let Some(t) = self.thread.lock().take()
+            && t.join().is_err()
+        {
+            tracing::error!(partition = %self.id, "commit thread panicked");
+        }
+        if let Err(e) = self.index.sync() {
+            tracing::error!(partition = %self.id, error = %e, "final index sync failed");
+        }
+    }
+}
+
+fn unexpected(o: &Outcome) -> StoreError {
+    StoreError::Engine(format!("unexpected commit outcome {o:?}"))
+}
+
+fn finish_md5(md5: Md5, opts: &PutOptions) -> StoreResult<[u8; 16]> {
+    let got: [u8; 16] = md5.finalize().into();
+    match opts.content_md5 {
+        Some(want) if want != got => Err(StoreError::BadDigest),
+        _ => Ok(got),
+    }
+}
+
+fn check_length(size: u64, opts: &PutOptions) -> StoreResult<()> {
+    match opts.content_length {
+        Some(n) if size < n => Err(StoreError::IncompleteBody),
+        Some(n) if size > n => Err(StoreError::Body(
+            "body is longer than its declared length".into(),
+        )),
+        _ => Ok(()),
+    }
+}

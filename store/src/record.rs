@@ -1,0 +1,280 @@
+//! Object records as stored in a partition index, with their format byte.
+//!
+//! Index key of an object: `b'o' | bucket id (u64 BE) | key bytes`, so one
+//! bucket's objects are one ordered range. The value is
+//! `FORMAT_V1 | bincode(StoredObject)`. The leading byte lets a later version
+//! migrate records in place: readers reject a byte they do not know instead
+//! of misreading it.
+
+use crate::error::{StoreError, StoreResult};
+use crate::ids::BucketId;
+use serde::{Deserialize, Serialize};
+
+/// Format byte of the first record layout.
+pub const FORMAT_V1: u8 = 1;
+
+/// Key-space tag of object records.
+pub const OBJECT_TAG: u8 = b'o';
+/// Key-space tag of per-bucket usage counters (one row per bucket per partition).
+pub const USAGE_TAG: u8 = b'u';
+/// Key-space tag of per-segment live-byte counters (for compaction).
+pub const SEGMENT_TAG: u8 = b's';
+
+/// One object tag (key, value).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tag {
+    /// Tag key (1..=128 characters).
+    pub key: String,
+    /// Tag value (0..=256 characters).
+    pub value: String,
+}
+
+/// Client-supplied metadata stored with an object and returned on GET/HEAD.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectMeta {
+    /// Content-Type.
+    pub content_type: Option<String>,
+    /// Content-Encoding.
+    pub content_encoding: Option<String>,
+    /// Content-Disposition.
+    pub content_disposition: Option<String>,
+    /// Content-Language.
+    pub content_language: Option<String>,
+    /// Cache-Control.
+    pub cache_control: Option<String>,
+    /// Expires (as the client sent it, HTTP date).
+    pub expires: Option<String>,
+    /// x-amz-meta-* pairs, names lower-cased without the prefix, in order.
+    pub user: Vec<(String, String)>,
+}
+
+/// Where an object's bytes are.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DataLoc {
+    /// Small object: the bytes live in the record itself.
+    Inline(Vec<u8>),
+    /// Larger object: a record in a volume segment of the same partition.
+    Volume {
+        /// Segment number within the partition.
+        segment: u64,
+        /// Offset of the volume record's header in the segment.
+        offset: u64,
+        /// Total length of the volume record (header, data, block CRCs).
+        record_len: u64,
+    },
+}
+
+/// The full stored record of one object.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredObject {
+    /// Object size in bytes.
+    pub size: u64,
+    /// MD5 of the body (the ETag of a single PUT), 16 raw bytes.
+    pub md5: [u8; 16],
+    /// Last-modified time, milliseconds since the Unix epoch.
+    pub mtime_ms: i64,
+    /// Client metadata.
+    pub meta: ObjectMeta,
+    /// The tag set (tag updates rewrite only this record).
+    pub tags: Vec<Tag>,
+    /// Where the data is.
+    pub data: DataLoc,
+}
+
+/// What the gateway sees of an object (everything but the data location).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectInfo {
+    /// The object key.
+    pub key: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// ETag without quotes (hex MD5 for a single PUT).
+    pub etag: String,
+    /// Last-modified, milliseconds since the Unix epoch.
+    pub mtime_ms: i64,
+    /// Client metadata.
+    pub meta: ObjectMeta,
+    /// Tags.
+    pub tags: Vec<Tag>,
+}
+
+impl StoredObject {
+    /// Encode with the current format byte.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = vec![FORMAT_V1];
+        // bincode into a Vec cannot fail for these plain types.
+        if let Err(e) = bincode::serialize_into(&mut out, self) {
+            unreachable!("bincode of a plain struct into a Vec failed: {e}");
+        }
+        out
+    }
+
+    /// Decode a value read from the index.
+    pub fn decode(bytes: &[u8]) -> StoreResult<StoredObject> {
+        match bytes.split_first() {
+            Some((&FORMAT_V1, rest)) => bincode::deserialize(rest)
+                .map_err(|e| StoreError::Corrupt(format!("object record: {e}"))),
+            Some((v, _)) => Err(StoreError::Corrupt(format!("unknown record format {v}"))),
+            None => Err(StoreError::Corrupt("empty object record".into())),
+        }
+    }
+
+    /// The gateway's view of this record under `key`.
+    pub fn info(&self, key: &str) -> ObjectInfo {
+        ObjectInfo {
+            key: key.to_string(),
+            size: self.size,
+            etag: hex::encode(self.md5),
+            mtime_ms: self.mtime_ms,
+            meta: self.meta.clone(),
+            tags: self.tags.clone(),
+        }
+    }
+
+    /// Bytes this object holds in a volume segment (0 when inline).
+    pub fn volume_bytes(&self) -> u64 {
+        match &self.data {
+            DataLoc::Inline(_) => 0,
+            DataLoc::Volume { record_len, .. } => *record_len,
+        }
+    }
+}
+
+/// Index key of object `key` in `bucket`.
+pub fn object_key(bucket: BucketId, key: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(9 + key.len());
+    k.push(OBJECT_TAG);
+    k.extend_from_slice(&bucket.0.to_be_bytes());
+    k.extend_from_slice(key);
+    k
+}
+
+/// The object key back out of an index key (`None` if not an object key of `bucket`).
+pub fn split_object_key(bucket: BucketId, index_key: &[u8]) -> Option<&[u8]> {
+    let prefix = object_key(bucket, b"");
+    index_key.strip_prefix(prefix.as_slice())
+}
+
+/// Index key of a bucket's usage row in one partition.
+pub fn usage_key(bucket: BucketId) -> Vec<u8> {
+    let mut k = vec![USAGE_TAG];
+    k.extend_from_slice(&bucket.0.to_be_bytes());
+    k
+}
+
+/// Index key of a segment's live-bytes row.
+pub fn segment_key(segment: u64) -> Vec<u8> {
+    let mut k = vec![SEGMENT_TAG];
+    k.extend_from_slice(&segment.to_be_bytes());
+    k
+}
+
+/// Usage of one bucket in one partition: object count and bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Number of objects.
+    pub objects: i64,
+    /// Sum of object sizes.
+    pub bytes: i64,
+}
+
+impl Usage {
+    /// 16-byte encoding (two i64 BE).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(16);
+        v.extend_from_slice(&self.objects.to_be_bytes());
+        v.extend_from_slice(&self.bytes.to_be_bytes());
+        v
+    }
+    /// Decode; a malformed row is corruption.
+    pub fn decode(b: &[u8]) -> StoreResult<Usage> {
+        let (o, rest) = b
+            .split_first_chunk::<8>()
+            .ok_or_else(|| StoreError::Corrupt("usage row".into()))?;
+        let (by, _) = rest
+            .split_first_chunk::<8>()
+            .ok_or_else(|| StoreError::Corrupt("usage row".into()))?;
+        Ok(Usage {
+            objects: i64::from_be_bytes(*o),
+            bytes: i64::from_be_bytes(*by),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn record_round_trips_and_rejects_unknown_format() {
+        let r = StoredObject {
+            size: 3,
+            md5: [7; 16],
+            mtime_ms: 42,
+            meta: ObjectMeta {
+                content_type: Some("text/plain".into()),
+                ..Default::default()
+            },
+            tags: vec![Tag {
+                key: "k".into(),
+                value: "v".into(),
+            }],
+            data: DataLoc::Inline(b"abc".to_vec()),
+        };
+        let enc = r.encode();
+        assert_eq!(enc[0], FORMAT_V1);
+        assert_eq!(StoredObject::decode(&enc).expect("decode"), r);
+        let mut bad = enc.clone();
+        bad[0] = 99;
+        assert!(matches!(
+            StoredObject::decode(&bad),
+            Err(StoreError::Corrupt(_))
+        ));
+        assert!(StoredObject::decode(&[]).is_err());
+    }
+
+    #[test]
+    fn object_keys_order_by_bucket_then_key() {
+        let a = object_key(BucketId(1), b"zzz");
+        let b = object_key(BucketId(2), b"aaa");
+        assert!(a < b);
+        assert_eq!(split_object_key(BucketId(1), &a), Some(&b"zzz"[..]));
+        assert_eq!(split_object_key(BucketId(2), &a), None);
+    }
+}
+
+/// The leading fields of a [`StoredObject`], all a listing needs. Decoding
+/// stops after them, so LIST never copies metadata, tags or inline data.
+#[derive(Clone, Debug, Deserialize)]
+pub struct ListSummary {
+    /// Size in bytes.
+    pub size: u64,
+    /// MD5 of the body.
+    pub md5: [u8; 16],
+    /// Last-modified, ms.
+    pub mtime_ms: i64,
+}
+
+impl ListSummary {
+    /// Decode the summary from a full record value (trailing fields ignored).
+    pub fn decode(bytes: &[u8]) -> StoreResult<ListSummary> {
+        match bytes.split_first() {
+            Some((&FORMAT_V1, rest)) => bincode::deserialize(rest)
+                .map_err(|e| StoreError::Corrupt(format!("object record: {e}"))),
+            Some((v, _)) => Err(StoreError::Corrupt(format!("unknown record format {v}"))),
+            None => Err(StoreError::Corrupt("empty object record".into())),
+        }
+    }
+
+    /// A listing's view of the object (no metadata or tags).
+    pub fn info(&self, key: &str) -> ObjectInfo {
+        ObjectInfo {
+            key: key.to_string(),
+            size: self.size,
+            etag: hex::encode(self.md5),
+            mtime_ms: self.mtime_ms,
+            meta: ObjectMeta::default(),
+            tags: Vec::new(),
+        }
+    }
+}

@@ -1,0 +1,280 @@
+//! [`Store`]: the one interface the gateway uses. It routes each object to its
+//! partition, keeps the bucket catalog, and merges partition listings.
+
+use crate::catalog::Catalog;
+use crate::error::{StoreError, StoreResult};
+use crate::ids::{BucketId, TenantId};
+use crate::index::Engine;
+use crate::list::{ListPage, ListQuery};
+use crate::partition::Partition;
+use crate::record::{ObjectInfo, ObjectMeta, Tag};
+use bytes::Bytes;
+use futures::Stream;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+
+/// A stream of body bytes, in or out.
+pub type BodyStream = Pin<Box<dyn Stream<Item = Result<Bytes, std::io::Error>> + Send>>;
+
+/// Settings fixed or tuned when a store is opened.
+#[derive(Clone, Debug)]
+pub struct StoreConfig {
+    /// Number of partitions (a power of two). `None`: the data dir's own
+    /// count, or 16 for a new one. `Some(n)` for an existing data dir created
+    /// with another count is refused with a clear message.
+    pub partitions: Option<u32>,
+    /// Metadata engine. `None`: the data dir's own, or fjall for a new one.
+    /// Asking for another engine than an existing data dir uses is refused.
+    pub engine: Option<Engine>,
+    /// Objects up to this size are stored inside their metadata record.
+    pub inline_max: u64,
+    /// A volume segment is sealed once it grows past this many bytes.
+    pub segment_max: u64,
+    /// Sync to disk before acknowledging writes (only benchmarks of the
+    /// engines themselves ever turn this off).
+    pub durable: bool,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            partitions: None,
+            engine: None,
+            inline_max: 16 * 1024,
+            segment_max: 1 << 30,
+            durable: true,
+        }
+    }
+}
+
+/// A bucket as the catalog records it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BucketInfo {
+    /// Internal id (prefix of its objects' index keys).
+    pub id: BucketId,
+    /// Owning tenant.
+    pub tenant: TenantId,
+    /// Bucket name (unique within the tenant).
+    pub name: String,
+    /// Creation time, ms since the Unix epoch.
+    pub created_ms: i64,
+    /// Region it was created in.
+    pub region: String,
+    /// Bucket tag set (empty = none).
+    pub tags: Vec<Tag>,
+}
+
+/// Checks and options of a PUT.
+#[derive(Clone, Debug, Default)]
+pub struct PutOptions {
+    /// Content-MD5 the client sent: the body must hash to it (BadDigest).
+    pub content_md5: Option<[u8; 16]>,
+    /// Declared body length: a body of another length is refused.
+    pub content_length: Option<u64>,
+    /// Tags to store with the object.
+    pub tags: Vec<Tag>,
+}
+
+/// A byte range of an object to read, already resolved against its size:
+/// `start..end` (end exclusive, `start < end <= size`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GetRange {
+    /// First byte.
+    pub start: u64,
+    /// One past the last byte.
+    pub end: u64,
+}
+
+/// The store: catalog plus partitions.
+pub struct Store {
+    dir: PathBuf,
+    catalog: Catalog,
+    partitions: Vec<Arc<Partition>>,
+}
+
+impl Store {
+    /// Open (creating on first use) the store in `dir`.
+    pub fn open(dir: &Path, cfg: StoreConfig) -> StoreResult<Arc<Store>> {
+        let layout = crate::layout::Layout::open_or_create(dir, &cfg)?;
+        let catalog = Catalog::open(dir, layout.engine)?;
+        let mut partitions = Vec::with_capacity(layout.partitions as usize);
+        for p in 0..layout.partitions {
+            partitions.push(Partition::open(
+                dir,
+                crate::ids::PartitionId(p),
+                layout.engine,
+                &cfg,
+            )?);
+        }
+        Ok(Arc::new(Store {
+            dir: dir.to_path_buf(),
+            catalog,
+            partitions,
+        }))
+    }
+
+    /// The data directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Number of partitions.
+    pub fn partition_count(&self) -> u32 {
+        u32::try_from(self.partitions.len()).unwrap_or(u32::MAX)
+    }
+
+    fn partition_of(&self, bucket: BucketId, key: &str) -> &Arc<Partition> {
+        let idx = crate::hash::partition_of(bucket, key.as_bytes(), self.partition_count());
+        &self.partitions[idx.0 as usize]
+    }
+
+    /// All partitions (LIST merge, compaction, shutdown).
+    pub fn partitions(&self) -> &[Arc<Partition>] {
+        &self.partitions
+    }
+
+    // ----- buckets -------------------------------------------------------
+
+    /// Create bucket `name` for `tenant`.
+    pub fn create_bucket(
+        &self,
+        tenant: &TenantId,
+        name: &str,
+        region: &str,
+    ) -> StoreResult<BucketInfo> {
+        self.catalog.create(tenant, name, region)
+    }
+
+    /// Look up a bucket of `tenant` (NoSuchBucket when it has none of that name).
+    pub fn bucket(&self, tenant: &TenantId, name: &str) -> StoreResult<BucketInfo> {
+        self.catalog
+            .get(tenant, name)?
+            .ok_or(StoreError::NoSuchBucket)
+    }
+
+    /// The tenant's buckets in name order.
+    pub fn list_buckets(&self, tenant: &TenantId) -> StoreResult<Vec<BucketInfo>> {
+        self.catalog.list(tenant)
+    }
+
+    /// Delete an empty bucket (BucketNotEmpty otherwise).
+    pub async fn delete_bucket(&self, tenant: &TenantId, name: &str) -> StoreResult<()> {
+        let b = self.bucket(tenant, name)?;
+        let usage = self.bucket_usage(b.id)?;
+        if usage.objects != 0 {
+            return Err(StoreError::BucketNotEmpty);
+        }
+        self.catalog.delete(tenant, name)
+    }
+
+    /// Replace (Some) or remove (None) a bucket's tag set.
+    pub fn set_bucket_tags(
+        &self,
+        tenant: &TenantId,
+        name: &str,
+        tags: Vec<Tag>,
+    ) -> StoreResult<()> {
+        self.catalog.set_tags(tenant, name, tags)
+    }
+
+    /// Objects and bytes in a bucket (summed over partitions; exact, since
+    /// counters change in the same batch as the objects).
+    pub fn bucket_usage(&self, bucket: BucketId) -> StoreResult<crate::record::Usage> {
+        let mut total = crate::record::Usage::default();
+        for p in &self.partitions {
+            let u = p.usage(bucket)?;
+            total.objects += u.objects;
+            total.bytes += u.bytes;
+        }
+        Ok(total)
+    }
+
+    // ----- objects -------------------------------------------------------
+
+    /// Store `body` as `key`, durably, replacing any previous object.
+    pub async fn put_object(
+        &self,
+        bucket: &BucketInfo,
+        key: &str,
+        meta: ObjectMeta,
+        opts: PutOptions,
+        body: BodyStream,
+    ) -> StoreResult<ObjectInfo> {
+        self.partition_of(bucket.id, key)
+            .put(bucket.id, key, meta, opts, body)
+            .await
+    }
+
+    /// Metadata of `key` (NoSuchKey when absent).
+    pub fn head_object(&self, bucket: &BucketInfo, key: &str) -> StoreResult<ObjectInfo> {
+        self.partition_of(bucket.id, key).head(bucket.id, key)
+    }
+
+    /// Metadata and a body stream of `key` (whole object, or `range`).
+    /// The stream verifies stored checksums as it reads.
+    pub fn get_object(
+        &self,
+        bucket: &BucketInfo,
+        key: &str,
+        range: Option<GetRange>,
+    ) -> StoreResult<(ObjectInfo, BodyStream)> {
+        self.partition_of(bucket.id, key).get(bucket.id, key, range)
+    }
+
+    /// Delete `key`; Ok whether or not it existed (S3 semantics). Returns
+    /// whether it existed.
+    pub async fn delete_object(&self, bucket: &BucketInfo, key: &str) -> StoreResult<bool> {
+        self.partition_of(bucket.id, key)
+            .delete(bucket.id, key)
+            .await
+    }
+
+    /// Replace the tag set of `key` (metadata only; NoSuchKey when absent).
+    pub async fn put_object_tags(
+        &self,
+        bucket: &BucketInfo,
+        key: &str,
+        tags: Vec<Tag>,
+    ) -> StoreResult<()> {
+        self.partition_of(bucket.id, key)
+            .set_tags(bucket.id, key, tags)
+            .await
+    }
+
+    /// Replace the client metadata of `key` in place (self-copy with
+    /// REPLACE directive): no data is copied.
+    pub async fn replace_object_meta(
+        &self,
+        bucket: &BucketInfo,
+        key: &str,
+        meta: ObjectMeta,
+        tags: Option<Vec<Tag>>,
+    ) -> StoreResult<ObjectInfo> {
+        self.partition_of(bucket.id, key)
+            .replace_meta(bucket.id, key, meta, tags)
+            .await
+    }
+
+    /// One page of a listing, merged over all partitions.
+    pub async fn list_objects(
+        self: &Arc<Self>,
+        bucket: &BucketInfo,
+        query: ListQuery,
+    ) -> StoreResult<ListPage> {
+        let me = Arc::clone(self);
+        let id = bucket.id;
+        tokio::task::spawn_blocking(move || crate::list::list(&me.partitions, id, &query))
+            .await
+            .map_err(|e| StoreError::Engine(format!("list task: {e}")))?
+    }
+
+    /// Stop commit threads after draining what they hold, syncing everything.
+    pub fn shutdown(&self) {
+        for p in &self.partitions {
+            p.shutdown();
+        }
+        self.catalog.sync().ok();
+    }
+}
