@@ -10,7 +10,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// Opens (or reopens) an index of one engine in a directory.
 type Opener = fn(&Path) -> Box<dyn MetaIndex>;
@@ -434,25 +434,37 @@ fn check_consistent_view(idx: &dyn MetaIndex, last_seen: &mut u64) {
     assert!(generation(&point) >= gen0);
 }
 
+const READERS: usize = 3;
+
 fn concurrent_readers_during_writes(open: Opener) {
     let dir = tempdir();
     let idx = open(dir.path());
     idx.write(generation_batch(0)).expect("seed");
     let done = AtomicBool::new(false);
+    let ready = AtomicUsize::new(0);
     std::thread::scope(|s| {
-        let readers: Vec<_> = (0..3)
+        let readers: Vec<_> = (0..READERS)
             .map(|_| {
                 s.spawn(|| {
                     let mut last_seen = 0;
                     let mut passes = 0u64;
-                    while !done.load(Ordering::Acquire) {
+                    while passes == 0 || !done.load(Ordering::Acquire) {
                         check_consistent_view(&*idx, &mut last_seen);
+                        if passes == 0 {
+                            ready.fetch_add(1, Ordering::AcqRel);
+                        }
                         passes += 1;
                     }
                     passes
                 })
             })
             .collect();
+        // Start writing only once every reader is running, so the readers
+        // overlap the writes even on a loaded machine (a reader that already
+        // failed stops the wait; its panic is reported by `join`).
+        while ready.load(Ordering::Acquire) < READERS && !readers.iter().any(|r| r.is_finished()) {
+            std::thread::yield_now();
+        }
         for n in 1..=300u64 {
             idx.write(generation_batch(n)).expect("write generation");
             if n % 50 == 0 {

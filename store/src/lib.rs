@@ -29,6 +29,8 @@ pub mod volume;
 #[cfg(test)]
 mod index_suite;
 
+pub use commit::WriteCond;
+pub use compaction::CompactionReport;
 pub use error::{StoreError, StoreResult};
 pub use ids::{BucketId, PartitionId, TenantId};
 pub use index::Engine;

@@ -2,6 +2,7 @@
 //! partition, keeps the bucket catalog, and merges partition listings.
 
 use crate::catalog::Catalog;
+use crate::compaction::CompactionReport;
 use crate::error::{StoreError, StoreResult};
 use crate::ids::{BucketId, TenantId};
 use crate::index::Engine;
@@ -207,6 +208,23 @@ impl Store {
             .await
     }
 
+    /// [`Store::put_object`] with a precondition checked atomically when the
+    /// object is committed (If-None-Match: * / If-Match): a failed
+    /// precondition is PreconditionFailed and leaves the old object alone.
+    pub async fn put_object_if(
+        &self,
+        bucket: &BucketInfo,
+        key: &str,
+        meta: ObjectMeta,
+        opts: PutOptions,
+        body: BodyStream,
+        cond: crate::commit::WriteCond,
+    ) -> StoreResult<ObjectInfo> {
+        self.partition_of(bucket.id, key)
+            .put_if(bucket.id, key, meta, opts, body, cond)
+            .await
+    }
+
     /// Metadata of `key` (NoSuchKey when absent).
     pub fn head_object(&self, bucket: &BucketInfo, key: &str) -> StoreResult<ObjectInfo> {
         self.partition_of(bucket.id, key).head(bucket.id, key)
@@ -268,6 +286,34 @@ impl Store {
         tokio::task::spawn_blocking(move || crate::list::list(&me.partitions, id, &query))
             .await
             .map_err(|e| StoreError::Engine(format!("list task: {e}")))?
+    }
+
+    /// Reclaim volume space: rewrite every sealed segment whose garbage share
+    /// is at least `min_garbage`; with `seal_idle`, idle open segments too.
+    pub async fn compact(
+        &self,
+        min_garbage: f64,
+        seal_idle: bool,
+    ) -> StoreResult<CompactionReport> {
+        let mut total = CompactionReport::default();
+        for p in &self.partitions {
+            let r = crate::compaction::compact_partition(p, min_garbage, seal_idle).await?;
+            total.segments += r.segments;
+            total.records_moved += r.records_moved;
+            total.bytes_freed += r.bytes_freed;
+        }
+        Ok(total)
+    }
+
+    /// Bytes on disk: (metadata indexes incl. catalog, data volumes).
+    pub fn disk_usage(&self) -> StoreResult<(u64, u64)> {
+        let mut index = 0;
+        let mut volumes = 0;
+        for p in &self.partitions {
+            index += p.index().disk_bytes()?;
+            volumes += p.volumes().disk_bytes()?;
+        }
+        Ok((index, volumes))
     }
 
     /// Stop commit threads after draining what they hold, syncing everything.
