@@ -87,18 +87,71 @@ pub enum Op {
         /// New modification time.
         mtime_ms: i64,
     },
-    /// Point an object at a new copy of its data, if it still points at
-    /// `from` (compaction).
+    /// Point an object (or a pending part) at a new copy of its data, if it
+    /// still points at `from` (compaction).
     Relocate {
+        /// What refers to the record.
+        target: RelocTarget,
+        /// (segment, offset) the reference must still point at.
+        from: (u64, u64),
+        /// The new copy.
+        to: VolumeRef,
+    },
+    /// A multipart-upload mutation.
+    Multipart(crate::multipart::MpOp),
+}
+
+/// What refers to a volume record that compaction moves.
+#[derive(Debug, Clone)]
+pub enum RelocTarget {
+    /// An object's data (single record or one of its parts).
+    Object {
         /// Bucket.
         bucket: BucketId,
         /// Object key.
         key: String,
-        /// (segment, offset) the record must still point at.
-        from: (u64, u64),
-        /// The new location.
-        to: DataLoc,
     },
+    /// A part of an upload in progress.
+    Part {
+        /// Upload id.
+        upload: [u8; 16],
+        /// Part number.
+        part: u32,
+    },
+}
+
+/// A volume record's place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VolumeRef {
+    /// Segment.
+    pub segment: u64,
+    /// Offset in the segment.
+    pub offset: u64,
+    /// Record length.
+    pub record_len: u64,
+}
+
+/// `loc` with the record at `from` replaced by `to`, or `None` if `loc`
+/// does not use `from`.
+fn moved(loc: &DataLoc, from: (u64, u64), to: &VolumeRef) -> Option<DataLoc> {
+    match loc {
+        DataLoc::Volume {
+            segment, offset, ..
+        } if (*segment, *offset) == from => Some(DataLoc::Volume {
+            segment: to.segment,
+            offset: to.offset,
+            record_len: to.record_len,
+        }),
+        DataLoc::Parts(parts) => {
+            let i = parts.iter().position(|p| (p.segment, p.offset) == from)?;
+            let mut parts = parts.clone();
+            parts[i].segment = to.segment;
+            parts[i].offset = to.offset;
+            parts[i].record_len = to.record_len;
+            Some(DataLoc::Parts(parts))
+        }
+        _ => None,
+    }
 }
 
 /// What a successful op did.
@@ -112,6 +165,8 @@ pub enum Outcome {
     Updated(StoredObject),
     /// Whether a relocation applied.
     Relocated(bool),
+    /// A multipart mutation's result.
+    Multipart(crate::multipart::MpOutcome),
 }
 
 /// A queued request.
@@ -125,7 +180,7 @@ pub struct Request {
 }
 
 /// The mutations of one round, applied to an overlay over the index.
-struct Round<'a> {
+pub(crate) struct Round<'a> {
     index: &'a dyn MetaIndex,
     overlay: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
     usage: HashMap<BucketId, Usage>,
@@ -142,15 +197,13 @@ impl<'a> Round<'a> {
         }
     }
 
-    fn current(&self, ikey: &[u8]) -> StoreResult<Option<StoredObject>> {
-        let raw = match self.overlay.get(ikey) {
-            Some(v) => v.clone(),
-            None => self.index.get(ikey)?,
-        };
-        raw.map(|v| StoredObject::decode(&v)).transpose()
+    pub(crate) fn current(&self, ikey: &[u8]) -> StoreResult<Option<StoredObject>> {
+        self.get_raw(ikey)?
+            .map(|v| StoredObject::decode(&v))
+            .transpose()
     }
 
-    fn account(
+    pub(crate) fn account(
         &mut self,
         bucket: BucketId,
         old: Option<&StoredObject>,
@@ -161,17 +214,63 @@ impl<'a> Round<'a> {
             |r: Option<&StoredObject>| r.map_or(0, |r| i64::try_from(r.size).unwrap_or(i64::MAX));
         u.objects += i64::from(new.is_some()) - i64::from(old.is_some());
         u.bytes += size(new) - size(old);
-        for (rec, sign) in [(old, -1i64), (new, 1)] {
-            if let Some(DataLoc::Volume {
-                segment,
-                record_len,
-                ..
-            }) = rec.map(|r| &r.data)
-            {
-                *self.segments.entry(*segment).or_default() +=
-                    sign * i64::try_from(*record_len).unwrap_or(i64::MAX);
+        if let Some(o) = old {
+            self.segment_delta(&o.data, -1);
+        }
+        if let Some(n) = new {
+            self.segment_delta(&n.data, 1);
+        }
+    }
+
+    /// Count (`sign` = 1) or uncount (-1) the volume bytes of `loc`.
+    pub(crate) fn segment_delta(&mut self, loc: &DataLoc, sign: i64) {
+        for (segment, len) in loc.volume_records() {
+            *self.segments.entry(segment).or_default() +=
+                sign * i64::try_from(len).unwrap_or(i64::MAX);
+        }
+    }
+
+    /// Entries with `start <= key < end`, as the index plus this round's
+    /// overlay shows them.
+    pub(crate) fn scan_all(
+        &self,
+        start: &[u8],
+        end: &[u8],
+    ) -> StoreResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut merged: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+        let mut from = start.to_vec();
+        loop {
+            let rows = self.index.scan(&from, end, 1024)?;
+            let full = rows.len() == 1024;
+            if let Some((k, _)) = rows.last() {
+                from = k.clone();
+                from.push(0);
+            }
+            merged.extend(rows);
+            if !full {
+                break;
             }
         }
+        for (k, v) in self.overlay.range(start.to_vec()..end.to_vec()) {
+            match v {
+                Some(v) => merged.insert(k.clone(), v.clone()),
+                None => merged.remove(k),
+            };
+        }
+        Ok(merged.into_iter().collect())
+    }
+
+    /// A raw row as this round sees it.
+    pub(crate) fn get_raw(&self, key: &[u8]) -> StoreResult<Option<Vec<u8>>> {
+        match self.overlay.get(key) {
+            Some(v) => Ok(v.clone()),
+            None => self.index.get(key),
+        }
+    }
+
+    /// Queue a put of a raw row.
+    pub(crate) fn set(&mut self, key: Vec<u8>, value: Option<Vec<u8>>) {
+        self.overlay.insert(key, value);
     }
 
     fn apply(&mut self, op: Op) -> StoreResult<Outcome> {
@@ -212,12 +311,8 @@ impl<'a> Round<'a> {
                     r.tags = t;
                 }
             }),
-            Op::Relocate {
-                bucket,
-                key,
-                from,
-                to,
-            } => self.relocate(bucket, &key, from, to),
+            Op::Relocate { target, from, to } => self.relocate(target, from, to),
+            Op::Multipart(op) => crate::multipart::apply(self, op),
         }
     }
 
@@ -236,25 +331,30 @@ impl<'a> Round<'a> {
 
     fn relocate(
         &mut self,
-        bucket: BucketId,
-        key: &str,
+        target: RelocTarget,
         from: (u64, u64),
-        to: DataLoc,
+        to: VolumeRef,
     ) -> StoreResult<Outcome> {
-        let ikey = object_key(bucket, key.as_bytes());
-        let Some(old) = self.current(&ikey)? else {
-            return Ok(Outcome::Relocated(false));
-        };
-        let still_there = matches!(old.data, DataLoc::Volume { segment, offset, .. } if (segment, offset) == from);
-        if !still_there {
-            return Ok(Outcome::Relocated(false));
+        match target {
+            RelocTarget::Object { bucket, key } => {
+                let ikey = object_key(bucket, key.as_bytes());
+                let Some(old) = self.current(&ikey)? else {
+                    return Ok(Outcome::Relocated(false));
+                };
+                let Some(data) = moved(&old.data, from, &to) else {
+                    return Ok(Outcome::Relocated(false));
+                };
+                let mut new = old.clone();
+                new.data = data;
+                // Same object, same size: only the segment counters move.
+                self.account(bucket, Some(&old), Some(&new));
+                self.overlay.insert(ikey, Some(new.encode()));
+                Ok(Outcome::Relocated(true))
+            }
+            RelocTarget::Part { upload, part } => {
+                crate::multipart::relocate_part(self, upload, part, from, to)
+            }
         }
-        let mut new = old.clone();
-        new.data = to;
-        // Same object, same size: only the segment counters move.
-        self.account(bucket, Some(&old), Some(&new));
-        self.overlay.insert(ikey, Some(new.encode()));
-        Ok(Outcome::Relocated(true))
     }
 
     /// The index batch for this round, counters included.
@@ -305,7 +405,7 @@ pub fn read_live(index: &dyn MetaIndex, segment: u64) -> StoreResult<i64> {
     }
 }
 
-fn check_cond(cond: &WriteCond, old: Option<&StoredObject>) -> StoreResult<()> {
+pub(crate) fn check_cond(cond: &WriteCond, old: Option<&StoredObject>) -> StoreResult<()> {
     let ok = match cond {
         WriteCond::None => true,
         WriteCond::IfAbsent => old.is_none(),

@@ -12,11 +12,12 @@
 //! readers that looked up the old location just before it moved retry once
 //! (see `Partition::get`).
 
-use crate::commit::{Op, Outcome, read_live};
+use crate::commit::{Op, Outcome, RelocTarget, VolumeRef, read_live};
 use crate::error::StoreResult;
+use crate::multipart::{PartRecord, decode, part_key, split_part_header_key};
 use crate::partition::Partition;
 use crate::record::{DataLoc, StoredObject, object_key};
-use crate::volume::{RangeReader, RecordHeader, RecordWriter, read_header, record_len};
+use crate::volume::{FLAG_PART, RangeReader, RecordHeader, RecordWriter, read_header, record_len};
 use std::fs::File;
 use std::sync::Arc;
 
@@ -67,20 +68,17 @@ async fn move_live_records(p: &Partition, segment: u64, len: u64) -> StoreResult
     let mut moved = 0;
     while let Some(h) = read_header(&file, offset, len)? {
         let rl = record_len(h.key.len() as u64, h.data_len);
-        if points_here(p, &h, segment, offset)? {
+        if let Some(target) = referrer(p, &h, segment, offset)? {
             let to = copy_record(p, &file, &h, offset)?;
-            let new_segment = match &to {
-                DataLoc::Volume { segment, .. } => vec![*segment],
-                DataLoc::Inline(_) => Vec::new(),
-            };
-            let key = String::from_utf8_lossy(&h.key).into_owned();
             let op = Op::Relocate {
-                bucket: h.bucket,
-                key,
+                target,
                 from: (segment, offset),
                 to,
             };
-            if matches!(p.submit(op, new_segment).await?, Outcome::Relocated(true)) {
+            if matches!(
+                p.submit(op, vec![to.segment]).await?,
+                Outcome::Relocated(true)
+            ) {
                 moved += 1;
             }
         }
@@ -89,14 +87,39 @@ async fn move_live_records(p: &Partition, segment: u64, len: u64) -> StoreResult
     Ok(moved)
 }
 
-fn points_here(p: &Partition, h: &RecordHeader, segment: u64, offset: u64) -> StoreResult<bool> {
-    let Some(raw) = p.index().get(&object_key(h.bucket, &h.key))? else {
-        return Ok(false);
+/// What still refers to the record at (segment, offset), if anything: the
+/// object (single record or one of its parts) or a pending upload's part.
+fn referrer(
+    p: &Partition,
+    h: &RecordHeader,
+    segment: u64,
+    offset: u64,
+) -> StoreResult<Option<RelocTarget>> {
+    let (key, part) = if h.flags & FLAG_PART != 0 {
+        let (key, upload, n) = split_part_header_key(&h.key)
+            .ok_or_else(|| crate::error::StoreError::Corrupt("part record key field".into()))?;
+        (key, Some((upload, n)))
+    } else {
+        (h.key.as_slice(), None)
     };
-    let rec = StoredObject::decode(&raw)?;
-    Ok(
-        matches!(rec.data, DataLoc::Volume { segment: s, offset: o, .. } if s == segment && o == offset),
-    )
+    if let Some(raw) = p.index().get(&object_key(h.bucket, key))?
+        && StoredObject::decode(&raw)?.data.uses(segment, offset)
+    {
+        let key = String::from_utf8_lossy(key).into_owned();
+        return Ok(Some(RelocTarget::Object {
+            bucket: h.bucket,
+            key,
+        }));
+    }
+    let Some((upload, n)) = part else {
+        return Ok(None);
+    };
+    let Some(raw) = p.index().get(&part_key(&upload, n))? else {
+        return Ok(None);
+    };
+    let rec: PartRecord = decode(&raw)?;
+    let here = (rec.loc.segment, rec.loc.offset) == (segment, offset);
+    Ok(here.then_some(RelocTarget::Part { upload, part: n }))
 }
 
 /// Copy one record (verifying every block) into an open segment.
@@ -105,7 +128,7 @@ fn copy_record(
     file: &Arc<File>,
     h: &RecordHeader,
     offset: u64,
-) -> StoreResult<DataLoc> {
+) -> StoreResult<VolumeRef> {
     let mut reader = RangeReader::new(
         Arc::clone(file),
         offset,
@@ -116,12 +139,25 @@ fn copy_record(
     );
     let mut seg = p.volumes().take_writer()?;
     let result = (|| {
-        let mut w = RecordWriter::begin(&mut seg, h.bucket, &h.key)?;
+        let mut w = RecordWriter::begin_with_flags(&mut seg, h.bucket, &h.key, h.flags)?;
         while let Some(chunk) = reader.next_chunk()? {
             w.push(&chunk)?;
         }
         w.finish()
     })();
     p.volumes().release(seg);
-    result
+    match result? {
+        DataLoc::Volume {
+            segment,
+            offset,
+            record_len,
+        } => Ok(VolumeRef {
+            segment,
+            offset,
+            record_len,
+        }),
+        other => Err(crate::error::StoreError::Engine(format!(
+            "copy produced {other:?}"
+        ))),
+    }
 }

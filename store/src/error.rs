@@ -30,6 +30,20 @@ pub enum StoreError {
     /// The body reading failed (client went away, decoding error).
     #[error("reading the request body failed: {0}")]
     Body(String),
+    /// The multipart upload does not exist (never created, completed or aborted).
+    #[error("the specified multipart upload does not exist")]
+    NoSuchUpload,
+    /// A listed part was not uploaded or its ETag differs.
+    #[error(
+        "one or more of the specified parts could not be found or its entity tag did not match"
+    )]
+    InvalidPart,
+    /// The part list is not in ascending part-number order.
+    #[error("the list of parts was not in ascending order")]
+    InvalidPartOrder,
+    /// A part other than the last is below the minimum part size.
+    #[error("your proposed upload is smaller than the minimum allowed size")]
+    EntityTooSmall,
     /// A precondition on a write failed (object exists / etag differs).
     #[error("at least one of the preconditions you specified did not hold")]
     PreconditionFailed,

@@ -21,9 +21,11 @@ pub mod index_fjall;
 pub mod index_sled;
 pub mod layout;
 pub mod list;
+pub mod multipart;
 pub mod partition;
 pub mod record;
 pub mod store;
+pub mod uploads;
 pub mod volume;
 
 #[cfg(test)]
@@ -35,5 +37,7 @@ pub use error::{StoreError, StoreResult};
 pub use ids::{BucketId, PartitionId, TenantId};
 pub use index::Engine;
 pub use list::{ListEntry, ListPage, ListQuery, Resume};
+pub use multipart::{PartInfo, UploadInfo};
 pub use record::{ObjectInfo, ObjectMeta, Tag};
 pub use store::{BodyStream, BucketInfo, GetRange, PutOptions, Store, StoreConfig};
+pub use uploads::{UploadEntry, UploadPage, UploadQuery};

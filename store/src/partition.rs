@@ -10,7 +10,7 @@ use crate::error::{StoreError, StoreResult};
 use crate::ids::{BucketId, PartitionId};
 use crate::index::{Engine, MetaIndex, open_index};
 use crate::record::{
-    DataLoc, ObjectInfo, ObjectMeta, StoredObject, Tag, Usage, object_key, usage_key,
+    DataLoc, ObjectInfo, ObjectMeta, PartLoc, StoredObject, Tag, Usage, object_key, usage_key,
 };
 use crate::store::{BodyStream, GetRange, PutOptions, StoreConfig};
 use crate::volume::{RangeReader, RecordWriter, SegmentWriter, VolumeSet};
@@ -44,11 +44,11 @@ pub fn now_ms() -> i64 {
 
 /// A body being received: inline bytes until it outgrows the threshold,
 /// then a volume record.
-struct Received {
-    size: u64,
-    md5: [u8; 16],
-    data: DataLoc,
-    segment: Option<u64>,
+pub(crate) struct Received {
+    pub(crate) size: u64,
+    pub(crate) md5: [u8; 16],
+    pub(crate) data: DataLoc,
+    pub(crate) segment: Option<u64>,
 }
 
 impl Partition {
@@ -161,6 +161,7 @@ impl Partition {
             size: got.size,
             md5: got.md5,
             mtime_ms: now_ms(),
+            parts: 0,
             meta,
             tags: opts.tags,
             data: got.data,
@@ -206,10 +207,44 @@ impl Partition {
                 });
             }
         }
+        self.receive_to_volume(bucket, key.as_bytes(), 0, opts, md5, head, body)
+            .await
+    }
+
+    /// Receive a multipart part into a volume record flagged as a part.
+    pub(crate) async fn receive_part(
+        &self,
+        bucket: BucketId,
+        header_key: &[u8],
+        opts: &PutOptions,
+        body: BodyStream,
+    ) -> StoreResult<Received> {
+        let flags = crate::volume::FLAG_PART;
+        self.receive_to_volume(
+            bucket,
+            header_key,
+            flags,
+            opts,
+            Md5::new(),
+            Vec::new(),
+            body,
+        )
+        .await
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn receive_to_volume(
+        &self,
+        bucket: BucketId,
+        header_key: &[u8],
+        flags: u8,
+        opts: &PutOptions,
+        md5: Md5,
+        head: Vec<u8>,
+        body: BodyStream,
+    ) -> StoreResult<Received> {
         let mut seg = self.volumes.take_writer()?;
-        let result = self
-            .receive_to_volume(&mut seg, bucket, key, opts, md5, head, body)
-            .await;
+        let result = write_record(&mut seg, bucket, header_key, flags, opts, md5, head, body).await;
         let id = seg.id();
         self.volumes.release(seg);
         let (size, md5, data) = result?;
@@ -219,36 +254,6 @@ impl Partition {
             data,
             segment: Some(id),
         })
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    async fn receive_to_volume(
-        &self,
-        seg: &mut SegmentWriter,
-        bucket: BucketId,
-        key: &str,
-        opts: &PutOptions,
-        mut md5: Md5,
-        head: Vec<u8>,
-        mut body: BodyStream,
-    ) -> StoreResult<(u64, [u8; 16], DataLoc)> {
-        let mut rw = RecordWriter::begin(seg, bucket, key.as_bytes())?;
-        rw.push(&head)?;
-        while let Some(chunk) = body.next().await {
-            let chunk = chunk.map_err(|e| StoreError::Body(e.to_string()))?;
-            md5.update(&chunk);
-            rw.push(&chunk)?;
-            if opts.content_length.is_some_and(|n| rw.data_len() > n) {
-                return Err(StoreError::Body(
-                    "body is longer than its declared length".into(),
-                ));
-            }
-        }
-        // Checked before finish(): a refused body leaves no record behind.
-        let size = rw.data_len();
-        check_length(size, opts)?;
-        let md5 = finish_md5(md5, opts)?;
-        Ok((size, md5, rw.finish()?))
     }
 
     /// Metadata and body of an object, whole or a range.
@@ -298,23 +303,43 @@ impl Partition {
                 segment, offset, ..
             } => {
                 let file = self.volumes.file(*segment)?;
-                let reader =
-                    RangeReader::new(file, *offset, key.len() as u64, rec.size, start, end);
-                Ok(Box::pin(futures::stream::try_unfold(
-                    reader,
-                    |mut r| async move {
-                        match r.next_chunk() {
-                            Ok(Some(b)) => Ok(Some((b, r))),
-                            Ok(None) => Ok(None),
-                            Err(e) => {
-                                tracing::error!(error = %e, "volume read failed");
-                                Err(std::io::Error::other(e.to_string()))
-                            }
-                        }
-                    },
-                )))
+                let key_len = key.len() as u64;
+                let reader = RangeReader::new(file, *offset, key_len, rec.size, start, end);
+                Ok(chunk_stream(vec![reader]))
             }
+            DataLoc::Parts(parts) => Ok(chunk_stream(self.part_readers(parts, start, end)?)),
         }
+    }
+
+    /// Readers of the parts that overlap `start..end`, each for its share.
+    fn part_readers(
+        &self,
+        parts: &[PartLoc],
+        start: u64,
+        end: u64,
+    ) -> StoreResult<Vec<RangeReader>> {
+        let mut readers = Vec::new();
+        let mut part_start = 0;
+        for p in parts {
+            let part_end = part_start + p.size;
+            if part_end > start && part_start < end {
+                let file = self.volumes.file(p.segment)?;
+                let (s, e) = (
+                    start.max(part_start) - part_start,
+                    end.min(part_end) - part_start,
+                );
+                readers.push(RangeReader::new(
+                    file,
+                    p.offset,
+                    p.header_key_len,
+                    p.size,
+                    s,
+                    e,
+                ));
+            }
+            part_start = part_end;
+        }
+        Ok(readers)
     }
 
     /// Delete an object; whether it existed.
@@ -381,6 +406,61 @@ impl Partition {
             tracing::error!(partition = %self.id, error = %e, "final index sync failed");
         }
     }
+}
+
+/// A body stream that reads (and verifies) the readers' ranges in order.
+fn chunk_stream(readers: Vec<RangeReader>) -> BodyStream {
+    let state = (std::collections::VecDeque::from(readers), ());
+    Box::pin(futures::stream::try_unfold(
+        state,
+        |(mut readers, ())| async move {
+            while let Some(r) = readers.front_mut() {
+                match r.next_chunk() {
+                    Ok(Some(b)) => return Ok(Some((b, (readers, ())))),
+                    Ok(None) => {
+                        readers.pop_front();
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "volume read failed");
+                        return Err(std::io::Error::other(e.to_string()));
+                    }
+                }
+            }
+            Ok(None)
+        },
+    ))
+}
+
+/// Append one record (the head already received, then the rest of the
+/// body) to `seg`, checking length and MD5 before the record is finished,
+/// so a refused body leaves nothing behind.
+#[allow(clippy::too_many_arguments)]
+async fn write_record(
+    seg: &mut SegmentWriter,
+    bucket: BucketId,
+    header_key: &[u8],
+    flags: u8,
+    opts: &PutOptions,
+    mut md5: Md5,
+    head: Vec<u8>,
+    mut body: BodyStream,
+) -> StoreResult<(u64, [u8; 16], DataLoc)> {
+    let mut rw = RecordWriter::begin_with_flags(seg, bucket, header_key, flags)?;
+    rw.push(&head)?;
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk.map_err(|e| StoreError::Body(e.to_string()))?;
+        md5.update(&chunk);
+        rw.push(&chunk)?;
+        if opts.content_length.is_some_and(|n| rw.data_len() > n) {
+            return Err(StoreError::Body(
+                "body is longer than its declared length".into(),
+            ));
+        }
+    }
+    let size = rw.data_len();
+    check_length(size, opts)?;
+    let md5 = finish_md5(md5, opts)?;
+    Ok((size, md5, rw.finish()?))
 }
 
 fn unexpected(o: &Outcome) -> StoreError {

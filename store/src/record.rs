@@ -19,6 +19,10 @@ pub const OBJECT_TAG: u8 = b'o';
 pub const USAGE_TAG: u8 = b'u';
 /// Key-space tag of per-segment live-byte counters (for compaction).
 pub const SEGMENT_TAG: u8 = b's';
+/// Key-space tag of multipart uploads in progress: `'m' | bucket | key | 0 | upload id`.
+pub const UPLOAD_TAG: u8 = b'm';
+/// Key-space tag of uploaded parts: `'q' | upload id | part number (u32 BE)`.
+pub const PART_TAG: u8 = b'q';
 
 /// One object tag (key, value).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -62,6 +66,53 @@ pub enum DataLoc {
         /// Total length of the volume record (header, data, block CRCs).
         record_len: u64,
     },
+    /// A completed multipart upload: its parts' volume records, in order.
+    Parts(Vec<PartLoc>),
+}
+
+/// Where one part of a multipart object is.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartLoc {
+    /// Segment number.
+    pub segment: u64,
+    /// Offset of the part's volume record.
+    pub offset: u64,
+    /// Length of the volume record.
+    pub record_len: u64,
+    /// Length of the key field in the record header.
+    pub header_key_len: u64,
+    /// Data bytes of the part.
+    pub size: u64,
+}
+
+impl DataLoc {
+    /// Every (segment, record length) this location occupies.
+    pub fn volume_records(&self) -> Vec<(u64, u64)> {
+        match self {
+            DataLoc::Inline(_) => Vec::new(),
+            DataLoc::Volume {
+                segment,
+                record_len,
+                ..
+            } => vec![(*segment, *record_len)],
+            DataLoc::Parts(parts) => parts.iter().map(|p| (p.segment, p.record_len)).collect(),
+        }
+    }
+
+    /// Whether a volume record at (segment, offset) belongs to this location.
+    pub fn uses(&self, segment: u64, offset: u64) -> bool {
+        match self {
+            DataLoc::Inline(_) => false,
+            DataLoc::Volume {
+                segment: s,
+                offset: o,
+                ..
+            } => (*s, *o) == (segment, offset),
+            DataLoc::Parts(parts) => parts
+                .iter()
+                .any(|p| (p.segment, p.offset) == (segment, offset)),
+        }
+    }
 }
 
 /// The full stored record of one object.
@@ -73,6 +124,9 @@ pub struct StoredObject {
     pub md5: [u8; 16],
     /// Last-modified time, milliseconds since the Unix epoch.
     pub mtime_ms: i64,
+    /// Number of parts of a multipart object (0 for a single PUT); the ETag
+    /// is then the MD5 of the parts' MD5s with a `-N` suffix.
+    pub parts: u32,
     /// Client metadata.
     pub meta: ObjectMeta,
     /// The tag set (tag updates rewrite only this record).
@@ -96,6 +150,8 @@ pub struct ObjectInfo {
     pub meta: ObjectMeta,
     /// Tags.
     pub tags: Vec<Tag>,
+    /// Number of parts (0: not a multipart object).
+    pub parts: u32,
 }
 
 impl StoredObject {
@@ -124,19 +180,21 @@ impl StoredObject {
         ObjectInfo {
             key: key.to_string(),
             size: self.size,
-            etag: hex::encode(self.md5),
+            etag: etag(&self.md5, self.parts),
             mtime_ms: self.mtime_ms,
             meta: self.meta.clone(),
             tags: self.tags.clone(),
+            parts: self.parts,
         }
     }
+}
 
-    /// Bytes this object holds in a volume segment (0 when inline).
-    pub fn volume_bytes(&self) -> u64 {
-        match &self.data {
-            DataLoc::Inline(_) => 0,
-            DataLoc::Volume { record_len, .. } => *record_len,
-        }
+/// The ETag (without quotes) of an object with this MD5 and part count.
+pub fn etag(md5: &[u8; 16], parts: u32) -> String {
+    if parts == 0 {
+        hex::encode(md5)
+    } else {
+        format!("{}-{parts}", hex::encode(md5))
     }
 }
 
@@ -211,6 +269,7 @@ mod tests {
             size: 3,
             md5: [7; 16],
             mtime_ms: 42,
+            parts: 0,
             meta: ObjectMeta {
                 content_type: Some("text/plain".into()),
                 ..Default::default()
@@ -253,6 +312,8 @@ pub struct ListSummary {
     pub md5: [u8; 16],
     /// Last-modified, ms.
     pub mtime_ms: i64,
+    /// Part count (0: single PUT).
+    pub parts: u32,
 }
 
 impl ListSummary {
@@ -271,10 +332,11 @@ impl ListSummary {
         ObjectInfo {
             key: key.to_string(),
             size: self.size,
-            etag: hex::encode(self.md5),
+            etag: etag(&self.md5, self.parts),
             mtime_ms: self.mtime_ms,
             meta: ObjectMeta::default(),
             tags: Vec::new(),
+            parts: self.parts,
         }
     }
 }

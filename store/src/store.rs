@@ -33,6 +33,8 @@ pub struct StoreConfig {
     pub inline_max: u64,
     /// A volume segment is sealed once it grows past this many bytes.
     pub segment_max: u64,
+    /// Smallest size of a multipart part that is not the last (S3: 5 MiB).
+    pub min_part_size: u64,
     /// Sync to disk before acknowledging writes (only benchmarks of the
     /// engines themselves ever turn this off).
     pub durable: bool,
@@ -45,6 +47,7 @@ impl Default for StoreConfig {
             engine: None,
             inline_max: 16 * 1024,
             segment_max: 1 << 30,
+            min_part_size: 5 << 20,
             durable: true,
         }
     }
@@ -91,6 +94,7 @@ pub struct GetRange {
 /// The store: catalog plus partitions.
 pub struct Store {
     dir: PathBuf,
+    pub(crate) min_part_size: u64,
     catalog: Catalog,
     partitions: Vec<Arc<Partition>>,
 }
@@ -111,6 +115,7 @@ impl Store {
         }
         Ok(Arc::new(Store {
             dir: dir.to_path_buf(),
+            min_part_size: cfg.min_part_size,
             catalog,
             partitions,
         }))
@@ -126,7 +131,7 @@ impl Store {
         u32::try_from(self.partitions.len()).unwrap_or(u32::MAX)
     }
 
-    fn partition_of(&self, bucket: BucketId, key: &str) -> &Arc<Partition> {
+    pub(crate) fn partition_of(&self, bucket: BucketId, key: &str) -> &Arc<Partition> {
         let idx = crate::hash::partition_of(bucket, key.as_bytes(), self.partition_count());
         &self.partitions[idx.0 as usize]
     }
@@ -303,6 +308,47 @@ impl Store {
             total.bytes_freed += r.bytes_freed;
         }
         Ok(total)
+    }
+
+    /// Every `every`, in the background: abort multipart uploads older than
+    /// `upload_max_age`, then [`Store::compact`] sealed segments (so writes in
+    /// progress are never disturbed). The task ends when the store shuts down.
+    pub fn start_compactor(
+        self: &Arc<Self>,
+        every: std::time::Duration,
+        min_garbage: f64,
+        upload_max_age: std::time::Duration,
+    ) {
+        let store = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                let Some(store) = store.upgrade() else { return };
+                let age = i64::try_from(upload_max_age.as_millis()).unwrap_or(i64::MAX);
+                match store
+                    .abort_stale_uploads(crate::partition::now_ms().saturating_sub(age))
+                    .await
+                {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(uploads = n, "aborted stale multipart uploads"),
+                    Err(StoreError::ShuttingDown) => return,
+                    Err(e) => tracing::warn!(error = %e, "aborting stale uploads failed"),
+                }
+                match store.compact(min_garbage, false).await {
+                    Ok(r) if r.segments > 0 => tracing::info!(
+                        segments = r.segments,
+                        moved = r.records_moved,
+                        freed = r.bytes_freed,
+                        "compaction"
+                    ),
+                    Ok(_) => {}
+                    Err(StoreError::ShuttingDown) => return,
+                    Err(e) => tracing::warn!(error = %e, "compaction pass failed"),
+                }
+            }
+        });
     }
 
     /// Bytes on disk: (metadata indexes incl. catalog, data volumes).

@@ -15,6 +15,10 @@
 //! trailer CRC32C of the table (u32 LE)
 //! ```
 //!
+//! `flags` is 0 for an object's data and [`FLAG_PART`] for a multipart part,
+//! whose key field is then the object key followed by the 16-byte upload id
+//! and the part number (u32 BE), so compaction can find what refers to it.
+//!
 //! Reads verify the CRC of every block they touch, so a ranged GET reads and
 //! checks only the blocks it needs. The header is written last: a record cut
 //! short by a crash never carries a valid header, and a compaction scan of a
@@ -42,6 +46,8 @@ pub const HEADER_FIXED: u64 = HEADER_FIXED_USIZE as u64;
 const HEADER_FIXED_USIZE: usize = 32;
 const BLOCK_USIZE: usize = 64 * 1024;
 const MAGIC: u32 = 0x4c57_5631;
+/// Header flag of a multipart part record.
+pub const FLAG_PART: u8 = 1;
 const VERSION: u8 = 1;
 /// Bytes gathered in memory before one positional write.
 const WRITE_BUF: usize = 256 * 1024;
@@ -237,6 +243,7 @@ pub struct RecordWriter<'a> {
     start: u64,
     bucket: BucketId,
     key: Vec<u8>,
+    flags: u8,
     /// File offset where `buf` goes.
     pos: u64,
     buf: Vec<u8>,
@@ -249,6 +256,16 @@ pub struct RecordWriter<'a> {
 impl<'a> RecordWriter<'a> {
     /// Start a record for (bucket, key) at the segment's end.
     pub fn begin(w: &'a mut SegmentWriter, bucket: BucketId, key: &[u8]) -> StoreResult<Self> {
+        Self::begin_with_flags(w, bucket, key, 0)
+    }
+
+    /// Start a record with header `flags` ([`FLAG_PART`] for parts).
+    pub fn begin_with_flags(
+        w: &'a mut SegmentWriter,
+        bucket: BucketId,
+        key: &[u8],
+        flags: u8,
+    ) -> StoreResult<Self> {
         if key.len() > usize::from(u16::MAX) {
             return Err(StoreError::InvalidArgument("key too long".into()));
         }
@@ -259,6 +276,7 @@ impl<'a> RecordWriter<'a> {
             start,
             bucket,
             key: key.to_vec(),
+            flags,
             pos,
             buf: Vec::with_capacity(WRITE_BUF),
             data_len: 0,
@@ -316,7 +334,7 @@ impl<'a> RecordWriter<'a> {
         table.extend_from_slice(&table_crc.to_le_bytes());
         self.buf.extend_from_slice(&table);
         self.flush()?;
-        let header = encode_header(self.bucket, &self.key, self.data_len);
+        let header = encode_header(self.bucket, &self.key, self.flags, self.data_len);
         self.w.file.write_all_at(&header, self.start)?;
         let len = self.pos - self.start;
         self.w.len = self.pos;
@@ -328,11 +346,11 @@ impl<'a> RecordWriter<'a> {
     }
 }
 
-fn encode_header(bucket: BucketId, key: &[u8], data_len: u64) -> Vec<u8> {
+fn encode_header(bucket: BucketId, key: &[u8], flags: u8, data_len: u64) -> Vec<u8> {
     let mut h = Vec::with_capacity(HEADER_FIXED_USIZE + key.len());
     h.extend_from_slice(&MAGIC.to_le_bytes());
     h.push(VERSION);
-    h.push(0);
+    h.push(flags);
     // begin() refused keys longer than u16::MAX.
     h.extend_from_slice(&u16::try_from(key.len()).unwrap_or(u16::MAX).to_le_bytes());
     h.extend_from_slice(&bucket.0.to_le_bytes());
@@ -351,8 +369,10 @@ fn encode_header(bucket: BucketId, key: &[u8], data_len: u64) -> Vec<u8> {
 pub struct RecordHeader {
     /// Bucket of the object.
     pub bucket: BucketId,
-    /// Object key bytes.
+    /// Key field (object key; for parts followed by upload id and part number).
     pub key: Vec<u8>,
+    /// Header flags.
+    pub flags: u8,
     /// Data length.
     pub data_len: u64,
 }
@@ -397,6 +417,7 @@ pub fn read_header(file: &File, offset: u64, file_len: u64) -> StoreResult<Optio
     let header = RecordHeader {
         bucket: BucketId(le_u64(&fixed, 8)),
         key,
+        flags: fixed[5],
         data_len: le_u64(&fixed, 16),
     };
     if offset + record_len(key_len, header.data_len) > file_len {

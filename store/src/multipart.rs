@@ -1,0 +1,455 @@
+//! Multipart uploads in the store.
+//!
+//! An upload lives in the partition of its (bucket, key), so completing it
+//! is one local transaction. Rows:
+//!
+//! | key | value |
+//! | --- | --- |
+//! | `'m' · bucket · key · 0x00 · upload id` | [`UploadRecord`]: metadata and tags for the object |
+//! | `'q' · upload id · part number (u32 BE)` | [`PartRecord`]: where the part's bytes are |
+//!
+//! Parts are appended to volume segments as they arrive (never inline), in
+//! records flagged as parts whose key field also names the upload and part
+//! number. Completion validates the client's list against the part rows,
+//! writes the object record with a manifest of part locations
+//! ([`DataLoc::Parts`]) and removes the upload's rows: no part data is
+//! copied. Parts left out of the list, and every part of an aborted upload,
+//! stop counting as live bytes in their segments, so compaction reclaims
+//! them. Uploads older than a configurable age are aborted by the
+//! background task.
+
+use crate::commit::{Op, Outcome, Round, VolumeRef, WriteCond};
+use crate::error::{StoreError, StoreResult};
+use crate::ids::BucketId;
+use crate::list::prefix_successor;
+use crate::record::{
+    DataLoc, FORMAT_V1, ObjectMeta, PART_TAG, PartLoc, StoredObject, Tag, UPLOAD_TAG, object_key,
+};
+use md5::{Digest, Md5};
+use serde::{Deserialize, Serialize, de::DeserializeOwned};
+
+/// Most parts an upload may have.
+pub const MAX_PARTS: u32 = 10_000;
+
+/// An upload in progress.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UploadRecord {
+    /// When it was created, ms since the epoch.
+    pub created_ms: i64,
+    /// Metadata the object will get.
+    pub meta: ObjectMeta,
+    /// Tags the object will get.
+    pub tags: Vec<Tag>,
+}
+
+/// One uploaded part.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartRecord {
+    /// Bytes.
+    pub size: u64,
+    /// MD5 of the part (its ETag).
+    pub md5: [u8; 16],
+    /// Upload time, ms.
+    pub mtime_ms: i64,
+    /// Where it is.
+    pub loc: PartLoc,
+}
+
+/// A part as listed to clients.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PartInfo {
+    /// Part number (1..=10000).
+    pub number: u32,
+    /// Bytes.
+    pub size: u64,
+    /// ETag without quotes.
+    pub etag: String,
+    /// Upload time, ms.
+    pub mtime_ms: i64,
+}
+
+/// An upload as listed to clients.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UploadInfo {
+    /// Object key.
+    pub key: String,
+    /// Upload id (32 hex digits).
+    pub upload_id: String,
+    /// Creation time, ms.
+    pub created_ms: i64,
+}
+
+/// A multipart mutation, applied by the commit thread.
+#[derive(Debug)]
+pub enum MpOp {
+    /// Start an upload.
+    Create {
+        /// Bucket.
+        bucket: BucketId,
+        /// Key.
+        key: String,
+        /// Upload id.
+        upload: [u8; 16],
+        /// Its record.
+        record: UploadRecord,
+    },
+    /// Record a received part (replacing an earlier one of that number).
+    PutPart {
+        /// Bucket.
+        bucket: BucketId,
+        /// Key.
+        key: String,
+        /// Upload id.
+        upload: [u8; 16],
+        /// Part number.
+        part: u32,
+        /// The part.
+        record: PartRecord,
+    },
+    /// Complete the upload into an object.
+    Complete {
+        /// Bucket.
+        bucket: BucketId,
+        /// Key.
+        key: String,
+        /// Upload id.
+        upload: [u8; 16],
+        /// The client's list: (part number, MD5 of that part).
+        parts: Vec<(u32, [u8; 16])>,
+        /// Smallest size allowed for a part that is not the last.
+        min_part_size: u64,
+        /// Precondition on the existing object.
+        cond: WriteCond,
+        /// Completion time.
+        mtime_ms: i64,
+    },
+    /// Drop the upload and its parts.
+    Abort {
+        /// Bucket.
+        bucket: BucketId,
+        /// Key.
+        key: String,
+        /// Upload id.
+        upload: [u8; 16],
+    },
+}
+
+/// Result of a multipart mutation.
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)] // one per commit reply
+pub enum MpOutcome {
+    /// Done (create, part, abort).
+    Done,
+    /// The completed object's record.
+    Completed(StoredObject),
+}
+
+fn encode<T: Serialize>(v: &T) -> Vec<u8> {
+    let mut out = vec![FORMAT_V1];
+    if let Err(e) = bincode::serialize_into(&mut out, v) {
+        unreachable!("bincode of a plain struct into a Vec failed: {e}");
+    }
+    out
+}
+
+/// Decode a multipart row.
+pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> StoreResult<T> {
+    match bytes.split_first() {
+        Some((&FORMAT_V1, rest)) => bincode::deserialize(rest)
+            .map_err(|e| StoreError::Corrupt(format!("multipart row: {e}"))),
+        _ => Err(StoreError::Corrupt("multipart row: unknown format".into())),
+    }
+}
+
+/// Index key of an upload row.
+pub fn upload_key(bucket: BucketId, key: &str, upload: &[u8; 16]) -> Vec<u8> {
+    let mut k = upload_prefix(bucket, key);
+    k.push(0);
+    k.extend_from_slice(upload);
+    k
+}
+
+/// `'m' · bucket · key-prefix`: where uploads of keys with that prefix start.
+pub fn upload_prefix(bucket: BucketId, key_prefix: &str) -> Vec<u8> {
+    let mut k = vec![UPLOAD_TAG];
+    k.extend_from_slice(&bucket.0.to_be_bytes());
+    k.extend_from_slice(key_prefix.as_bytes());
+    k
+}
+
+/// Index key of a part row.
+pub fn part_key(upload: &[u8; 16], part: u32) -> Vec<u8> {
+    let mut k = vec![PART_TAG];
+    k.extend_from_slice(upload);
+    k.extend_from_slice(&part.to_be_bytes());
+    k
+}
+
+/// Key range of all part rows of an upload.
+pub fn parts_range(upload: &[u8; 16]) -> (Vec<u8>, Vec<u8>) {
+    let mut start = vec![PART_TAG];
+    start.extend_from_slice(upload);
+    let end = prefix_successor(&start).unwrap_or_default();
+    (start, end)
+}
+
+/// The key field of a part's volume record: object key, upload id, part number.
+pub fn part_header_key(key: &str, upload: &[u8; 16], part: u32) -> Vec<u8> {
+    let mut k = key.as_bytes().to_vec();
+    k.extend_from_slice(upload);
+    k.extend_from_slice(&part.to_be_bytes());
+    k
+}
+
+/// Split a part record's key field back into (object key, upload id, part number).
+pub fn split_part_header_key(field: &[u8]) -> Option<(&[u8], [u8; 16], u32)> {
+    let n = field.len().checked_sub(20)?;
+    let (key, rest) = field.split_at(n);
+    let upload: [u8; 16] = rest[..16].try_into().ok()?;
+    let part = u32::from_be_bytes(rest[16..].try_into().ok()?);
+    Some((key, upload, part))
+}
+
+/// Upload id as clients see it.
+pub fn format_upload_id(id: &[u8; 16]) -> String {
+    hex::encode(id)
+}
+
+/// Parse a client's upload id (NoSuchUpload when it cannot be one of ours).
+pub fn parse_upload_id(s: &str) -> StoreResult<[u8; 16]> {
+    let raw = hex::decode(s).map_err(|_| StoreError::NoSuchUpload)?;
+    raw.try_into().map_err(|_| StoreError::NoSuchUpload)
+}
+
+/// A new upload id: 128 bits from the process's randomly keyed SipHash over
+/// the time and a counter (unique and unpredictable enough for an id that
+/// is not a secret; access is still checked by SigV4).
+pub fn new_upload_id() -> [u8; 16] {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    let mut out = [0u8; 16];
+    for (i, half) in out.chunks_mut(8).enumerate() {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u128(t);
+        h.write_u64(n);
+        h.write_usize(i);
+        half.copy_from_slice(&h.finish().to_be_bytes());
+    }
+    out
+}
+
+fn part_rows(round: &Round<'_>, upload: &[u8; 16]) -> StoreResult<Vec<(u32, PartRecord)>> {
+    let (start, end) = parts_range(upload);
+    let mut out = Vec::new();
+    for (k, v) in round.scan_all(&start, &end)? {
+        let n = k
+            .get(17..21)
+            .and_then(|b| b.try_into().ok())
+            .map(u32::from_be_bytes);
+        let n = n.ok_or_else(|| StoreError::Corrupt("part row key".into()))?;
+        out.push((n, decode(&v)?));
+    }
+    Ok(out)
+}
+
+fn require_upload(
+    round: &Round<'_>,
+    bucket: BucketId,
+    key: &str,
+    upload: &[u8; 16],
+) -> StoreResult<UploadRecord> {
+    let raw = round
+        .get_raw(&upload_key(bucket, key, upload))?
+        .ok_or(StoreError::NoSuchUpload)?;
+    decode(&raw)
+}
+
+fn part_loc_data(loc: &PartLoc) -> DataLoc {
+    DataLoc::Parts(vec![loc.clone()])
+}
+
+/// Apply a multipart mutation inside a commit round.
+pub(crate) fn apply(round: &mut Round<'_>, op: MpOp) -> StoreResult<Outcome> {
+    match op {
+        MpOp::Create {
+            bucket,
+            key,
+            upload,
+            record,
+        } => {
+            round.set(upload_key(bucket, &key, &upload), Some(encode(&record)));
+        }
+        MpOp::PutPart {
+            bucket,
+            key,
+            upload,
+            part,
+            record,
+        } => {
+            require_upload(round, bucket, &key, &upload)?;
+            let pkey = part_key(&upload, part);
+            if let Some(old) = round.get_raw(&pkey)? {
+                let old: PartRecord = decode(&old)?;
+                round.segment_delta(&part_loc_data(&old.loc), -1);
+            }
+            round.segment_delta(&part_loc_data(&record.loc), 1);
+            round.set(pkey, Some(encode(&record)));
+        }
+        MpOp::Complete {
+            bucket,
+            key,
+            upload,
+            parts,
+            min_part_size,
+            cond,
+            mtime_ms,
+        } => {
+            return complete(
+                round,
+                bucket,
+                &key,
+                upload,
+                &parts,
+                min_part_size,
+                &cond,
+                mtime_ms,
+            );
+        }
+        MpOp::Abort {
+            bucket,
+            key,
+            upload,
+        } => {
+            require_upload(round, bucket, &key, &upload)?;
+            for (n, rec) in part_rows(round, &upload)? {
+                round.segment_delta(&part_loc_data(&rec.loc), -1);
+                round.set(part_key(&upload, n), None);
+            }
+            round.set(upload_key(bucket, &key, &upload), None);
+        }
+    }
+    Ok(Outcome::Multipart(MpOutcome::Done))
+}
+
+/// Check the client's part list against the stored parts.
+fn validate(
+    stored: &std::collections::BTreeMap<u32, PartRecord>,
+    parts: &[(u32, [u8; 16])],
+    min_part_size: u64,
+) -> StoreResult<()> {
+    if parts.is_empty() {
+        return Err(StoreError::InvalidPart);
+    }
+    if parts.windows(2).any(|w| w[0].0 >= w[1].0) {
+        return Err(StoreError::InvalidPartOrder);
+    }
+    for (i, (n, md5)) in parts.iter().enumerate() {
+        let rec = stored
+            .get(n)
+            .filter(|r| &r.md5 == md5)
+            .ok_or(StoreError::InvalidPart)?;
+        if i + 1 < parts.len() && rec.size < min_part_size {
+            return Err(StoreError::EntityTooSmall);
+        }
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn complete(
+    round: &mut Round<'_>,
+    bucket: BucketId,
+    key: &str,
+    upload: [u8; 16],
+    parts: &[(u32, [u8; 16])],
+    min_part_size: u64,
+    cond: &WriteCond,
+    mtime_ms: i64,
+) -> StoreResult<Outcome> {
+    let up = require_upload(round, bucket, key, &upload)?;
+    let stored: std::collections::BTreeMap<u32, PartRecord> =
+        part_rows(round, &upload)?.into_iter().collect();
+    validate(&stored, parts, min_part_size)?;
+    let okey = object_key(bucket, key.as_bytes());
+    let old = round.current(&okey)?;
+    crate::commit::check_cond(cond, old.as_ref())?;
+    let mut md5s = Md5::new();
+    let mut locs = Vec::with_capacity(parts.len());
+    for (n, _) in parts {
+        // validate() checked that every listed part is stored.
+        let rec = stored.get(n).ok_or(StoreError::InvalidPart)?;
+        md5s.update(rec.md5);
+        locs.push(rec.loc.clone());
+    }
+    let object = StoredObject {
+        size: locs.iter().map(|l| l.size).sum(),
+        md5: md5s.finalize().into(),
+        mtime_ms,
+        parts: u32::try_from(parts.len()).unwrap_or(u32::MAX),
+        meta: up.meta,
+        tags: up.tags,
+        data: DataLoc::Parts(locs),
+    };
+    // Every stored part stops counting as a pending part; account() then
+    // counts the ones the object keeps.
+    for (n, rec) in &stored {
+        round.segment_delta(&part_loc_data(&rec.loc), -1);
+        round.set(part_key(&upload, *n), None);
+    }
+    round.account(bucket, old.as_ref(), Some(&object));
+    round.set(upload_key(bucket, key, &upload), None);
+    round.set(okey, Some(object.encode()));
+    Ok(Outcome::Multipart(MpOutcome::Completed(object)))
+}
+
+/// Re-point a pending part at a moved copy (compaction).
+pub(crate) fn relocate_part(
+    round: &mut Round<'_>,
+    upload: [u8; 16],
+    part: u32,
+    from: (u64, u64),
+    to: VolumeRef,
+) -> StoreResult<Outcome> {
+    let pkey = part_key(&upload, part);
+    let Some(raw) = round.get_raw(&pkey)? else {
+        return Ok(Outcome::Relocated(false));
+    };
+    let mut rec: PartRecord = decode(&raw)?;
+    if (rec.loc.segment, rec.loc.offset) != from {
+        return Ok(Outcome::Relocated(false));
+    }
+    round.segment_delta(&part_loc_data(&rec.loc), -1);
+    rec.loc.segment = to.segment;
+    rec.loc.offset = to.offset;
+    rec.loc.record_len = to.record_len;
+    round.segment_delta(&part_loc_data(&rec.loc), 1);
+    round.set(pkey, Some(encode(&rec)));
+    Ok(Outcome::Relocated(true))
+}
+
+/// Wrap a multipart op for the commit queue.
+pub fn op(op: MpOp) -> Op {
+    Op::Multipart(op)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn part_header_keys_round_trip() {
+        let id = new_upload_id();
+        let f = part_header_key("dir/file.bin", &id, 42);
+        let (k, u, n) = split_part_header_key(&f).expect("split");
+        assert_eq!((k, u, n), (&b"dir/file.bin"[..], id, 42));
+        assert_eq!(parse_upload_id(&format_upload_id(&id)).expect("parse"), id);
+        assert!(parse_upload_id("zz").is_err());
+        assert_ne!(new_upload_id(), new_upload_id());
+    }
+}
