@@ -35,6 +35,8 @@ pub enum BodyFault {
     Malformed,
     /// The body ended early, ran long, or the connection failed.
     Incomplete,
+    /// The body does not match its x-amz-checksum-* value.
+    Checksum(crate::checksum::Algo),
 }
 
 impl BodyFault {
@@ -45,9 +47,14 @@ impl BodyFault {
             BodyFault::ChunkSignature
         } else if text.contains("Sha256Mismatch") {
             BodyFault::Sha256Mismatch
-        } else if ["FormatError", "ChunkMetaTooLarge", "TrailersTooLarge", "TooManyTrailerHeaders"]
-            .iter()
-            .any(|n| text.contains(n))
+        } else if [
+            "FormatError",
+            "ChunkMetaTooLarge",
+            "TrailersTooLarge",
+            "TooManyTrailerHeaders",
+        ]
+        .iter()
+        .any(|n| text.contains(n))
         {
             BodyFault::Malformed
         } else {
@@ -63,6 +70,7 @@ impl From<BodyFault> for GwError {
             BodyFault::Sha256Mismatch => GwError::ContentSha256Mismatch,
             BodyFault::Malformed => GwError::InvalidRequest("malformed aws-chunked body".into()),
             BodyFault::Incomplete => GwError::IncompleteBody,
+            BodyFault::Checksum(algo) => GwError::ChecksumMismatch(algo.name()),
         }
     }
 }
@@ -75,6 +83,12 @@ impl FaultSlot {
     /// The first failure the body stream hit.
     pub fn get(&self) -> Option<BodyFault> {
         self.0.get().copied()
+    }
+
+    /// Record a failure found by a later stage (checksums), unless an
+    /// earlier one was already recorded.
+    pub fn set(&self, fault: BodyFault) {
+        let _ = self.0.set(fault);
     }
 
     /// Turn a store error from a PUT into the client-facing error: a body
@@ -112,14 +126,20 @@ impl Stream for SyncBody {
     type Item = Result<Bytes, std::io::Error>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let inner = self.get_mut().inner.get_mut().unwrap_or_else(|p| p.into_inner());
+        let inner = self
+            .get_mut()
+            .inner
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner());
         inner.as_mut().poll_next(cx)
     }
 }
 
 /// Adapt a store body stream for a GET response.
 pub fn download(body: BodyStream) -> StreamingBlob {
-    StreamingBlob::wrap(SyncBody { inner: Mutex::new(body) })
+    StreamingBlob::wrap(SyncBody {
+        inner: Mutex::new(body),
+    })
 }
 
 #[cfg(test)]
@@ -136,7 +156,10 @@ mod tests {
             vec![Ok(Bytes::from_static(b"abc")), Err(FakeChunkError)];
         let blob = StreamingBlob::wrap(futures::stream::iter(chunks));
         let (mut body, slot) = upload(Some(blob));
-        assert_eq!(body.next().await.and_then(Result::ok), Some(Bytes::from_static(b"abc")));
+        assert_eq!(
+            body.next().await.and_then(Result::ok),
+            Some(Bytes::from_static(b"abc"))
+        );
         assert!(matches!(body.next().await, Some(Err(_))));
         assert_eq!(slot.get(), Some(BodyFault::ChunkSignature));
     }

@@ -43,9 +43,12 @@ pub async fn create_bucket(
             "The {c} location constraint is incompatible for the region specific endpoint this request was sent to."
         )));
     }
-    gw.store().create_bucket(&ctx.tenant, &input.bucket, gw.region())?;
+    gw.store()
+        .create_bucket(&ctx.tenant, &input.bucket, gw.region())?;
     tracing::info!(bucket = %input.bucket, "bucket created");
-    Ok(S3Response::new(CreateBucketOutput { location: Some(format!("/{}", input.bucket)) }))
+    Ok(S3Response::new(CreateBucketOutput {
+        location: Some(format!("/{}", input.bucket)),
+    }))
 }
 
 /// DeleteBucket (BucketNotEmpty while it holds objects).
@@ -54,7 +57,9 @@ pub async fn delete_bucket(
     req: S3Request<DeleteBucketInput>,
 ) -> GwResult<S3Response<DeleteBucketOutput>> {
     let ctx = ReqCtx::of(&req)?;
-    gw.store().delete_bucket(&ctx.tenant, &req.input.bucket).await?;
+    gw.store()
+        .delete_bucket(&ctx.tenant, &req.input.bucket)
+        .await?;
     tracing::info!(bucket = %req.input.bucket, "bucket deleted");
     Ok(S3Response::new(DeleteBucketOutput::default()))
 }
@@ -66,7 +71,10 @@ pub async fn head_bucket(
 ) -> GwResult<S3Response<HeadBucketOutput>> {
     let ctx = ReqCtx::of(&req)?;
     let bucket = gw.bucket(&ctx, &req.input.bucket)?;
-    Ok(S3Response::new(HeadBucketOutput { bucket_region: Some(bucket.region), ..Default::default() }))
+    Ok(S3Response::new(HeadBucketOutput {
+        bucket_region: Some(bucket.region),
+        ..Default::default()
+    }))
 }
 
 /// GetBucketLocation (empty for us-east-1, as AWS answers).
@@ -78,7 +86,9 @@ pub async fn get_bucket_location(
     let bucket = gw.bucket(&ctx, &req.input.bucket)?;
     let location_constraint =
         (bucket.region != "us-east-1").then(|| BucketLocationConstraint::from(bucket.region));
-    Ok(S3Response::new(GetBucketLocationOutput { location_constraint }))
+    Ok(S3Response::new(GetBucketLocationOutput {
+        location_constraint,
+    }))
 }
 
 /// ListBuckets.
@@ -88,7 +98,11 @@ pub async fn list_buckets(
 ) -> GwResult<S3Response<ListBucketsOutput>> {
     let ctx = ReqCtx::of(&req)?;
     let input = req.input;
-    let after = input.continuation_token.as_deref().map(decode_token).transpose()?;
+    let after = input
+        .continuation_token
+        .as_deref()
+        .map(decode_token)
+        .transpose()?;
     let limit = match input.max_buckets {
         None => MAX_BUCKETS_PAGE,
         Some(n) => usize::try_from(n)
@@ -106,11 +120,16 @@ pub async fn list_buckets(
         .collect();
     let truncated = all.len() > limit;
     all.truncate(limit);
-    let next = truncated.then(|| all.last().map(|b| URL_SAFE_NO_PAD.encode(&b.name))).flatten();
+    let next = truncated
+        .then(|| all.last().map(|b| URL_SAFE_NO_PAD.encode(&b.name)))
+        .flatten();
     let id = ctx.tenant.as_str().to_string();
     Ok(S3Response::new(ListBucketsOutput {
         buckets: Some(all.into_iter().map(bucket_dto).collect()),
-        owner: Some(Owner { display_name: Some(id.clone()), id: Some(id) }),
+        owner: Some(Owner {
+            display_name: Some(id.clone()),
+            id: Some(id),
+        }),
         continuation_token: next,
         prefix: input.prefix,
     }))
@@ -129,5 +148,7 @@ fn decode_token(t: &str) -> GwResult<String> {
         .decode(t)
         .ok()
         .and_then(|raw| String::from_utf8(raw).ok())
-        .ok_or_else(|| GwError::InvalidArgument("The continuation token provided is incorrect".into()))
+        .ok_or_else(|| {
+            GwError::InvalidArgument("The continuation token provided is incorrect".into())
+        })
 }

@@ -58,7 +58,10 @@ impl Conditions<'_> {
             Some(cond) if !etag_matches(cond, etag) => return Verdict::PreconditionFailed,
             Some(_) => {}
             None => {
-                if self.if_unmodified_since.is_some_and(|t| modified > unix_seconds(t)) {
+                if self
+                    .if_unmodified_since
+                    .is_some_and(|t| modified > unix_seconds(t))
+                {
                     return Verdict::PreconditionFailed;
                 }
             }
@@ -67,7 +70,10 @@ impl Conditions<'_> {
             Some(cond) if etag_matches(cond, etag) => return Verdict::NotModified,
             Some(_) => {}
             None => {
-                if self.if_modified_since.is_some_and(|t| modified <= unix_seconds(t)) {
+                if self
+                    .if_modified_since
+                    .is_some_and(|t| modified <= unix_seconds(t))
+                {
                     return Verdict::NotModified;
                 }
             }
@@ -118,10 +124,25 @@ mod tests {
     #[test]
     fn if_match() {
         let (good, bad, any) = (tag(ETAG), tag("other"), ETagCondition::Any);
-        assert_eq!(eval(Conditions { if_match: Some(&good), ..Default::default() }), Verdict::Proceed);
-        assert_eq!(eval(Conditions { if_match: Some(&any), ..Default::default() }), Verdict::Proceed);
         assert_eq!(
-            eval(Conditions { if_match: Some(&bad), ..Default::default() }),
+            eval(Conditions {
+                if_match: Some(&good),
+                ..Default::default()
+            }),
+            Verdict::Proceed
+        );
+        assert_eq!(
+            eval(Conditions {
+                if_match: Some(&any),
+                ..Default::default()
+            }),
+            Verdict::Proceed
+        );
+        assert_eq!(
+            eval(Conditions {
+                if_match: Some(&bad),
+                ..Default::default()
+            }),
             Verdict::PreconditionFailed
         );
     }
@@ -130,14 +151,26 @@ mod tests {
     fn if_none_match() {
         let (good, bad, any) = (tag(ETAG), tag("other"), ETagCondition::Any);
         assert_eq!(
-            eval(Conditions { if_none_match: Some(&good), ..Default::default() }),
+            eval(Conditions {
+                if_none_match: Some(&good),
+                ..Default::default()
+            }),
             Verdict::NotModified
         );
         assert_eq!(
-            eval(Conditions { if_none_match: Some(&any), ..Default::default() }),
+            eval(Conditions {
+                if_none_match: Some(&any),
+                ..Default::default()
+            }),
             Verdict::NotModified
         );
-        assert_eq!(eval(Conditions { if_none_match: Some(&bad), ..Default::default() }), Verdict::Proceed);
+        assert_eq!(
+            eval(Conditions {
+                if_none_match: Some(&bad),
+                ..Default::default()
+            }),
+            Verdict::Proceed
+        );
     }
 
     #[test]
@@ -145,10 +178,19 @@ mod tests {
         let same_second = timestamp(1_700_000_000_000);
         let before = timestamp(1_699_999_999_000);
         assert_eq!(
-            eval(Conditions { if_modified_since: Some(&same_second), ..Default::default() }),
+            eval(Conditions {
+                if_modified_since: Some(&same_second),
+                ..Default::default()
+            }),
             Verdict::NotModified
         );
-        assert_eq!(eval(Conditions { if_modified_since: Some(&before), ..Default::default() }), Verdict::Proceed);
+        assert_eq!(
+            eval(Conditions {
+                if_modified_since: Some(&before),
+                ..Default::default()
+            }),
+            Verdict::Proceed
+        );
     }
 
     #[test]
@@ -156,11 +198,17 @@ mod tests {
         let same_second = timestamp(1_700_000_000_000);
         let before = timestamp(1_699_999_999_000);
         assert_eq!(
-            eval(Conditions { if_unmodified_since: Some(&same_second), ..Default::default() }),
+            eval(Conditions {
+                if_unmodified_since: Some(&same_second),
+                ..Default::default()
+            }),
             Verdict::Proceed
         );
         assert_eq!(
-            eval(Conditions { if_unmodified_since: Some(&before), ..Default::default() }),
+            eval(Conditions {
+                if_unmodified_since: Some(&before),
+                ..Default::default()
+            }),
             Verdict::PreconditionFailed
         );
     }
@@ -171,21 +219,42 @@ mod tests {
         let later = timestamp(1_800_000_000_000);
         let (good, bad) = (tag(ETAG), tag("other"));
         // If-Match true wins over a failing If-Unmodified-Since.
-        let c = Conditions { if_match: Some(&good), if_unmodified_since: Some(&before), ..Default::default() };
+        let c = Conditions {
+            if_match: Some(&good),
+            if_unmodified_since: Some(&before),
+            ..Default::default()
+        };
         assert_eq!(eval(c), Verdict::Proceed);
         // If-None-Match false (ETag differs) ignores If-Modified-Since.
-        let c = Conditions { if_none_match: Some(&bad), if_modified_since: Some(&later), ..Default::default() };
+        let c = Conditions {
+            if_none_match: Some(&bad),
+            if_modified_since: Some(&later),
+            ..Default::default()
+        };
         assert_eq!(eval(c), Verdict::Proceed);
         // If-Match failing beats If-None-Match.
-        let c = Conditions { if_match: Some(&bad), if_none_match: Some(&good), ..Default::default() };
+        let c = Conditions {
+            if_match: Some(&bad),
+            if_none_match: Some(&good),
+            ..Default::default()
+        };
         assert_eq!(eval(c), Verdict::PreconditionFailed);
     }
 
     #[test]
     fn copy_source_failures_are_all_412() {
         let good = tag(ETAG);
-        let c = Conditions { if_none_match: Some(&good), ..Default::default() };
-        assert_eq!(c.evaluate_copy_source(ETAG, MTIME_MS), Verdict::PreconditionFailed);
-        assert_eq!(Conditions::default().evaluate_copy_source(ETAG, MTIME_MS), Verdict::Proceed);
+        let c = Conditions {
+            if_none_match: Some(&good),
+            ..Default::default()
+        };
+        assert_eq!(
+            c.evaluate_copy_source(ETAG, MTIME_MS),
+            Verdict::PreconditionFailed
+        );
+        assert_eq!(
+            Conditions::default().evaluate_copy_source(ETAG, MTIME_MS),
+            Verdict::Proceed
+        );
     }
 }

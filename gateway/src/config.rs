@@ -5,15 +5,17 @@
 //! are checked once, in [`ServeArgs::validate`], which turns them into a
 //! [`ServeConfig`] or a message saying what is wrong. The secret key's
 //! value is never echoed by `--help`, even when it comes from the
-//! environment.
+//! environment, and the argument structs do not implement `Debug` (the
+//! validated config holds the secret as a redacting [`Secret`]).
 
 use clap::{Args, Parser, Subcommand};
 use laneway_store::Engine;
+use laneway_tenancy::Secret;
 use std::path::PathBuf;
 use std::time::Duration;
 
 /// laneway: a multi-tenant, S3-compatible object store.
-#[derive(Debug, Parser)]
+#[derive(Parser)]
 #[command(name = "laneway", version, about)]
 pub struct Cli {
     /// What to run.
@@ -22,7 +24,7 @@ pub struct Cli {
 }
 
 /// Subcommands.
-#[derive(Debug, Subcommand)]
+#[derive(Subcommand)]
 pub enum Command {
     /// Run everything in one process (gateway and every store partition)
     /// over a local data directory. The first start creates the directory
@@ -31,7 +33,7 @@ pub enum Command {
 }
 
 /// Flags of `laneway serve`.
-#[derive(Debug, Args)]
+#[derive(Args)]
 pub struct ServeArgs {
     /// Data directory (created on first start).
     #[arg(long, env = "LANEWAY_DATA_DIR", default_value = "./laneway-data")]
@@ -53,7 +55,12 @@ pub struct ServeArgs {
 
     /// Secret of the first key; used only when a new data directory is
     /// created (a random one is generated otherwise).
-    #[arg(long, env = "LANEWAY_SECRET_KEY", requires = "access_key", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "LANEWAY_SECRET_KEY",
+        requires = "access_key",
+        hide_env_values = true
+    )]
     pub secret_key: Option<String>,
 
     /// Number of store partitions of a new data directory (a power of two,
@@ -87,7 +94,7 @@ pub struct ServeConfig {
     /// Region.
     pub region: String,
     /// First key (access key id, secret) for a new data directory.
-    pub initial_key: Option<(String, String)>,
+    pub initial_key: Option<(String, Secret)>,
     /// Partitions asked for (None: the directory's own, 16 when new).
     pub partitions: Option<u32>,
     /// Engine asked for (None: the directory's own, fjall when new).
@@ -104,17 +111,28 @@ impl ServeArgs {
         if let Some(n) = self.partitions
             && (!n.is_power_of_two() || n > 4096)
         {
-            return Err(format!("--partitions must be a power of two from 1 to 4096 (got {n})"));
+            return Err(format!(
+                "--partitions must be a power of two from 1 to 4096 (got {n})"
+            ));
         }
         let region_ok = !self.region.is_empty()
             && self.region.len() <= 32
-            && self.region.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+            && self
+                .region
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
         if !region_ok {
-            return Err(format!("--region must look like us-east-1 (got {:?})", self.region));
+            return Err(format!(
+                "--region must look like us-east-1 (got {:?})",
+                self.region
+            ));
         }
         let engine = self
             .engine
-            .map(|e| Engine::parse(&e).ok_or_else(|| format!("--engine must be fjall or sled (got {e:?})")))
+            .map(|e| {
+                Engine::parse(&e)
+                    .ok_or_else(|| format!("--engine must be fjall or sled (got {e:?})"))
+            })
             .transpose()?;
         if self.listen.trim().is_empty() {
             return Err("--listen must be host:port".into());
@@ -123,7 +141,7 @@ impl ServeArgs {
             data_dir: self.data_dir,
             listen: self.listen,
             region: self.region,
-            initial_key: self.access_key.zip(self.secret_key),
+            initial_key: self.access_key.zip(self.secret_key.map(Secret::new)),
             partitions: self.partitions,
             engine,
             log: self.log,
@@ -150,13 +168,31 @@ mod tests {
 
     #[test]
     fn defaults_and_overrides() {
-        let c = parse(&["laneway", "serve", "--listen", "127.0.0.1:0", "--partitions", "4"]).expect("ok");
+        let c = parse(&[
+            "laneway",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--partitions",
+            "4",
+        ])
+        .expect("ok");
         assert_eq!(c.listen, "127.0.0.1:0");
         assert_eq!(c.partitions, Some(4));
         assert_eq!(c.engine, None);
         let c = parse(&["laneway", "serve", "--engine", "sled"]).expect("ok");
         assert_eq!(c.engine, Some(Engine::Sled));
         assert!(c.initial_key.is_none());
+        let c = parse(&[
+            "laneway",
+            "serve",
+            "--access-key",
+            "AKIAX1",
+            "--secret-key",
+            "s3cr3t-value",
+        ])
+        .expect("ok");
+        assert!(!format!("{c:?}").contains("s3cr3t-value"));
     }
 
     #[test]

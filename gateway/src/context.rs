@@ -65,7 +65,12 @@ impl ReqCtx {
     /// The context of `req`. A request that reached a handler without a
     /// tenant was not authenticated: refuse it rather than guess.
     pub fn of<T>(req: &S3Request<T>) -> GwResult<ReqCtx> {
-        let tenant = req.extensions.get::<Tenant>().ok_or(GwError::AccessDenied)?;
-        Ok(ReqCtx { tenant: tenant.0.clone() })
+        let tenant = req
+            .extensions
+            .get::<Tenant>()
+            .ok_or(GwError::AccessDenied)?;
+        Ok(ReqCtx {
+            tenant: tenant.0.clone(),
+        })
     }
 }

@@ -36,18 +36,26 @@ fn replaces(directive: Option<&str>, header: &str) -> GwResult<bool> {
     match directive {
         None | Some("COPY") => Ok(false),
         Some("REPLACE") => Ok(true),
-        Some(other) => Err(GwError::InvalidArgument(format!("Unknown {header}: {other}"))),
+        Some(other) => Err(GwError::InvalidArgument(format!(
+            "Unknown {header}: {other}"
+        ))),
     }
 }
 
 fn source_of(cs: &CopySource) -> GwResult<(&str, &str)> {
     match cs {
-        CopySource::Bucket { bucket, key, version_id } => {
+        CopySource::Bucket {
+            bucket,
+            key,
+            version_id,
+        } => {
             check_version_id(version_id.as_deref())?;
             check_key(key)?;
             Ok((bucket, key))
         }
-        _ => Err(GwError::NotImplemented("Copying from an access point or outpost")),
+        _ => Err(GwError::NotImplemented(
+            "Copying from an access point or outpost",
+        )),
     }
 }
 
@@ -94,17 +102,29 @@ pub async fn copy_object(
     let (src_bucket, src_key) = source_of(&input.copy_source)?;
     let dst = gw.bucket(&ctx, &input.bucket)?;
     let src = gw.bucket(&ctx, src_bucket)?;
-    let replace_meta =
-        replaces(input.metadata_directive.as_ref().map(MetadataDirective::as_str), "metadata directive")?;
-    let replace_tags =
-        replaces(input.tagging_directive.as_ref().map(TaggingDirective::as_str), "tagging directive")?;
+    let replace_meta = replaces(
+        input
+            .metadata_directive
+            .as_ref()
+            .map(MetadataDirective::as_str),
+        "metadata directive",
+    )?;
+    let replace_tags = replaces(
+        input
+            .tagging_directive
+            .as_ref()
+            .map(TaggingDirective::as_str),
+        "tagging directive",
+    )?;
     let conds = Conditions {
         if_match: input.copy_source_if_match.as_ref(),
         if_none_match: input.copy_source_if_none_match.as_ref(),
         if_modified_since: input.copy_source_if_modified_since.as_ref(),
         if_unmodified_since: input.copy_source_if_unmodified_since.as_ref(),
     };
-    let new_tags = replace_tags.then(|| tagging::from_header(input.tagging.as_deref())).transpose()?;
+    let new_tags = replace_tags
+        .then(|| tagging::from_header(input.tagging.as_deref()))
+        .transpose()?;
     let new_meta = if replace_meta {
         Some(
             MetaInput {
@@ -133,7 +153,10 @@ pub async fn copy_object(
         };
         let current = gw.store().head_object(&src, src_key)?;
         check_source(&conds, &current)?;
-        let info = gw.store().replace_object_meta(&dst, &input.key, meta, new_tags).await?;
+        let info = gw
+            .store()
+            .replace_object_meta(&dst, &input.key, meta, new_tags)
+            .await?;
         return Ok(output(&info));
     }
 
@@ -174,6 +197,9 @@ mod tests {
         assert!(!replaces(None, "x").expect("default"));
         assert!(!replaces(Some("COPY"), "x").expect("copy"));
         assert!(replaces(Some("REPLACE"), "x").expect("replace"));
-        assert!(matches!(replaces(Some("replace"), "x"), Err(GwError::InvalidArgument(_))));
+        assert!(matches!(
+            replaces(Some("replace"), "x"),
+            Err(GwError::InvalidArgument(_))
+        ));
     }
 }

@@ -72,7 +72,11 @@ async fn delete_one(gw: &Gateway, bucket: &BucketInfo, id: ObjectIdentifier) -> 
         return Err(e);
     }
     match gw.store().delete_object(bucket, &id.key).await {
-        Ok(_) => Ok(DeletedObject { key: Some(id.key), version_id: id.version_id, ..Default::default() }),
+        Ok(_) => Ok(DeletedObject {
+            key: Some(id.key),
+            version_id: id.version_id,
+            ..Default::default()
+        }),
         Err(e) => Err(fail(e.into(), id.key, id.version_id)),
     }
 }

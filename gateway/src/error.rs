@@ -59,6 +59,8 @@ pub enum GwError {
     SignatureDoesNotMatch,
     /// The body does not hash to x-amz-content-sha256.
     ContentSha256Mismatch,
+    /// The body does not match its x-amz-checksum-* value (algorithm name).
+    ChecksumMismatch(&'static str),
     /// The body ended early or went away.
     IncompleteBody,
     /// The caller may not do this.
@@ -109,9 +111,10 @@ fn from_store(e: StoreError) -> S3Error {
             C::BucketAlreadyOwnedByYou,
             "Your previous request to create the named bucket succeeded and you already own it.",
         ),
-        StoreError::BucketNotEmpty => {
-            msg(C::BucketNotEmpty, "The bucket you tried to delete is not empty")
-        }
+        StoreError::BucketNotEmpty => msg(
+            C::BucketNotEmpty,
+            "The bucket you tried to delete is not empty",
+        ),
         StoreError::NoSuchKey => msg(C::NoSuchKey, "The specified key does not exist."),
         StoreError::BadDigest => msg(
             C::BadDigest,
@@ -122,6 +125,24 @@ fn from_store(e: StoreError) -> S3Error {
             "You did not provide the number of bytes specified by the Content-Length HTTP header.",
         ),
         StoreError::PreconditionFailed => GwError::PreconditionFailed.into(),
+        StoreError::NoSuchUpload => msg(
+            C::NoSuchUpload,
+            "The specified multipart upload does not exist. The upload ID may be invalid, \
+             or the upload may have been aborted or completed.",
+        ),
+        StoreError::InvalidPart => msg(
+            C::InvalidPart,
+            "One or more of the specified parts could not be found. The part may not have been \
+             uploaded, or the specified entity tag may not match the part's entity tag.",
+        ),
+        StoreError::InvalidPartOrder => msg(
+            C::InvalidPartOrder,
+            "The list of parts was not in ascending order. Parts must be ordered by part number.",
+        ),
+        StoreError::EntityTooSmall => msg(
+            C::EntityTooSmall,
+            "Your proposed upload is smaller than the minimum allowed object size.",
+        ),
         StoreError::InvalidArgument(m) => msg(C::InvalidArgument, m),
         StoreError::ShuttingDown => msg(
             C::ServiceUnavailable,
@@ -152,9 +173,7 @@ impl From<GwError> for S3Error {
                 format!("Object tags cannot be greater than {limit}"),
             ),
             GwError::MalformedXml(m) => msg(C::MalformedXML, m),
-            GwError::InvalidRange => {
-                msg(C::InvalidRange, "The requested range is not satisfiable")
-            }
+            GwError::InvalidRange => msg(C::InvalidRange, "The requested range is not satisfiable"),
             GwError::NotModified(headers) => {
                 let mut e = S3Error::new(C::NotModified);
                 e.set_headers(headers);
@@ -168,21 +187,21 @@ impl From<GwError> for S3Error {
                 C::EntityTooLarge,
                 "Your proposed upload exceeds the maximum allowed object size.",
             ),
-            GwError::InvalidDigest => {
-                msg(C::InvalidDigest, "The Content-MD5 you specified is not valid.")
-            }
-            GwError::MissingContentLength => {
-                msg(C::MissingContentLength, "You must provide the Content-Length HTTP header.")
-            }
+            GwError::InvalidDigest => msg(
+                C::InvalidDigest,
+                "The Content-MD5 you specified is not valid.",
+            ),
+            GwError::MissingContentLength => msg(
+                C::MissingContentLength,
+                "You must provide the Content-Length HTTP header.",
+            ),
             GwError::MetadataTooLarge => custom(
                 "MetadataTooLarge",
                 StatusCode::BAD_REQUEST,
                 "Your metadata headers exceed the maximum allowed metadata size.",
             ),
             GwError::NoSuchTagSet => msg(C::NoSuchTagSet, "The TagSet does not exist"),
-            GwError::IllegalLocationConstraint(m) => {
-                msg(C::IllegalLocationConstraintException, m)
-            }
+            GwError::IllegalLocationConstraint(m) => msg(C::IllegalLocationConstraintException, m),
             GwError::SignatureDoesNotMatch => msg(
                 C::SignatureDoesNotMatch,
                 "The request signature we calculated does not match the signature you provided.",
@@ -191,6 +210,10 @@ impl From<GwError> for S3Error {
                 "XAmzContentSHA256Mismatch",
                 StatusCode::BAD_REQUEST,
                 "The provided 'x-amz-content-sha256' header does not match what was computed.",
+            ),
+            GwError::ChecksumMismatch(algo) => msg(
+                C::BadDigest,
+                format!("The {algo} you specified did not match the calculated checksum."),
             ),
             GwError::IncompleteBody => from_store(StoreError::IncompleteBody),
             GwError::AccessDenied => msg(C::AccessDenied, "Access Denied"),
@@ -201,9 +224,11 @@ impl From<GwError> for S3Error {
             GwError::NotImplemented(what) => {
                 msg(C::NotImplemented, format!("{what} is not implemented"))
             }
-            GwError::SlowDown(why) => {
-                with_status(C::SlowDown, StatusCode::SERVICE_UNAVAILABLE, format!("Please reduce your request rate: {why}."))
-            }
+            GwError::SlowDown(why) => with_status(
+                C::SlowDown,
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("Please reduce your request rate: {why}."),
+            ),
             GwError::Internal(detail) => internal(&detail),
         }
     }
@@ -235,19 +260,38 @@ mod tests {
     fn store_errors_map_to_aws_codes() {
         let cases = [
             (StoreError::NoSuchBucket, "NoSuchBucket", 404),
-            (StoreError::BucketAlreadyOwnedByYou, "BucketAlreadyOwnedByYou", 409),
+            (
+                StoreError::BucketAlreadyOwnedByYou,
+                "BucketAlreadyOwnedByYou",
+                409,
+            ),
             (StoreError::BucketNotEmpty, "BucketNotEmpty", 409),
             (StoreError::NoSuchKey, "NoSuchKey", 404),
             (StoreError::BadDigest, "BadDigest", 400),
             (StoreError::IncompleteBody, "IncompleteBody", 400),
             (StoreError::PreconditionFailed, "PreconditionFailed", 412),
+            (StoreError::NoSuchUpload, "NoSuchUpload", 404),
+            (StoreError::InvalidPart, "InvalidPart", 400),
+            (StoreError::InvalidPartOrder, "InvalidPartOrder", 400),
+            (StoreError::EntityTooSmall, "EntityTooSmall", 400),
             (StoreError::ShuttingDown, "ServiceUnavailable", 503),
-            (StoreError::InvalidArgument("x".into()), "InvalidArgument", 400),
-            (StoreError::Corrupt("/secret/path".into()), "InternalError", 500),
+            (
+                StoreError::InvalidArgument("x".into()),
+                "InvalidArgument",
+                400,
+            ),
+            (
+                StoreError::Corrupt("/secret/path".into()),
+                "InternalError",
+                500,
+            ),
             (StoreError::Engine("boom".into()), "InternalError", 500),
         ];
         for (e, code, status) in cases {
-            assert_eq!(code_and_status(GwError::Store(e)), (code.to_string(), status));
+            assert_eq!(
+                code_and_status(GwError::Store(e)),
+                (code.to_string(), status)
+            );
         }
     }
 
@@ -259,13 +303,22 @@ mod tests {
 
     #[test]
     fn gateway_errors_carry_their_status() {
-        assert_eq!(code_and_status(GwError::InvalidRange), ("InvalidRange".into(), 416));
-        assert_eq!(code_and_status(GwError::TooManyTags(10)), ("BadRequest".into(), 400));
+        assert_eq!(
+            code_and_status(GwError::InvalidRange),
+            ("InvalidRange".into(), 416)
+        );
+        assert_eq!(
+            code_and_status(GwError::TooManyTags(10)),
+            ("BadRequest".into(), 400)
+        );
         assert_eq!(
             code_and_status(GwError::NotModified(HeaderMap::new())),
             ("NotModified".into(), 304)
         );
-        assert_eq!(code_and_status(GwError::MissingContentLength), ("MissingContentLength".into(), 411));
+        assert_eq!(
+            code_and_status(GwError::MissingContentLength),
+            ("MissingContentLength".into(), 411)
+        );
         assert_eq!(
             code_and_status(GwError::ContentSha256Mismatch),
             ("XAmzContentSHA256Mismatch".into(), 400)

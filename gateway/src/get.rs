@@ -33,7 +33,9 @@ fn enforce(verdict: Verdict, info: &ObjectInfo) -> GwResult<()> {
         Verdict::PreconditionFailed => Err(GwError::PreconditionFailed),
         Verdict::NotModified => {
             let modified = http_date(&timestamp(info.mtime_ms)).unwrap_or_default();
-            Err(GwError::NotModified(not_modified_headers(&info.etag, &modified)))
+            Err(GwError::NotModified(not_modified_headers(
+                &info.etag, &modified,
+            )))
         }
     }
 }
@@ -42,7 +44,9 @@ fn enforce(verdict: Verdict, info: &ObjectInfo) -> GwResult<()> {
 pub fn check_version_id(version_id: Option<&str>) -> GwResult<()> {
     match version_id {
         None | Some("null") => Ok(()),
-        Some(_) => Err(GwError::InvalidArgument("Invalid version id specified".into())),
+        Some(_) => Err(GwError::InvalidArgument(
+            "Invalid version id specified".into(),
+        )),
     }
 }
 
@@ -64,7 +68,9 @@ fn read_range(
             Err(e) => return Err(e.into()),
         }
     }
-    Err(GwError::SlowDown("the object kept changing while a range was read"))
+    Err(GwError::SlowDown(
+        "the object kept changing while a range was read",
+    ))
 }
 
 /// GetObject.
@@ -133,7 +139,11 @@ pub async fn head_object(
     };
     let info = gw.store().head_object(&bucket, &input.key)?;
     enforce(conds.evaluate(&info.etag, info.mtime_ms), &info)?;
-    let served = input.range.as_ref().map(|r| range::resolve(r, info.size)).transpose()?;
+    let served = input
+        .range
+        .as_ref()
+        .map(|r| range::resolve(r, info.size))
+        .transpose()?;
     let length = served.map_or(info.size, |r| r.end - r.start);
     let m = MetaOutput::from_meta(&info.meta);
     Ok(S3Response::new(HeadObjectOutput {

@@ -16,12 +16,14 @@
 //! Shared pieces: [`error`] (the one StoreError/GwError -> S3 code
 //! mapping), [`names`] (bucket/key rules), [`meta`] (metadata headers),
 //! [`conditional`] and [`range`] (GET/HEAD/copy preconditions and ranges),
-//! [`body`] (streaming adapters). [`serve`] and [`config`] are the
+//! [`body`] (streaming adapters), [`checksum`] (x-amz-checksum-* of
+//! uploads). [`serve`] and [`config`] are the
 //! `laneway serve` process around it all.
 
 pub mod auth;
 pub mod body;
 pub mod bucket;
+pub mod checksum;
 pub mod conditional;
 pub mod config;
 pub mod context;

@@ -22,7 +22,12 @@ use s3s::{S3Request, S3Response};
 /// Largest page, and the default.
 pub const MAX_KEYS: usize = 1000;
 
-const URL_ENCODE: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~').remove(b'/');
+const URL_ENCODE: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~')
+    .remove(b'/');
 
 /// What to list, resolved from any of the three request shapes.
 struct Listing {
@@ -35,7 +40,11 @@ struct Listing {
 
 impl Listing {
     fn enc(&self, s: &str) -> String {
-        if self.url { utf8_percent_encode(s, URL_ENCODE).to_string() } else { s.to_string() }
+        if self.url {
+            utf8_percent_encode(s, URL_ENCODE).to_string()
+        } else {
+            s.to_string()
+        }
     }
 
     fn enc_opt(&self, s: Option<&str>) -> Option<String> {
@@ -60,7 +69,9 @@ impl Listing {
             .entries
             .iter()
             .filter_map(|e| match e {
-                ListEntry::Prefix(p) => Some(CommonPrefix { prefix: Some(self.enc(p)) }),
+                ListEntry::Prefix(p) => Some(CommonPrefix {
+                    prefix: Some(self.enc(p)),
+                }),
                 ListEntry::Object(_) => None,
             })
             .collect();
@@ -77,7 +88,9 @@ impl Listing {
             last_modified: Some(timestamp(info.mtime_ms)),
             e_tag: Some(etag(info)),
             size: Some(size_i64(info.size)?),
-            storage_class: Some(ObjectStorageClass::from_static(ObjectStorageClass::STANDARD)),
+            storage_class: Some(ObjectStorageClass::from_static(
+                ObjectStorageClass::STANDARD,
+            )),
             owner: owner.cloned(),
             ..Default::default()
         })
@@ -94,9 +107,9 @@ fn objects_of(page: &ListPage) -> impl Iterator<Item = &ObjectInfo> {
 fn max_keys(requested: Option<i32>) -> GwResult<usize> {
     match requested {
         None => Ok(MAX_KEYS),
-        Some(n) => usize::try_from(n)
-            .map(|n| n.min(MAX_KEYS))
-            .map_err(|_| GwError::InvalidArgument("max-keys must be a non-negative integer".into())),
+        Some(n) => usize::try_from(n).map(|n| n.min(MAX_KEYS)).map_err(|_| {
+            GwError::InvalidArgument("max-keys must be a non-negative integer".into())
+        }),
     }
 }
 
@@ -104,13 +117,18 @@ fn url_encoding(e: Option<&EncodingType>) -> GwResult<bool> {
     match e.map(EncodingType::as_str) {
         None => Ok(false),
         Some(EncodingType::URL) => Ok(true),
-        Some(_) => Err(GwError::InvalidArgument("Invalid Encoding Method specified in Request".into())),
+        Some(_) => Err(GwError::InvalidArgument(
+            "Invalid Encoding Method specified in Request".into(),
+        )),
     }
 }
 
 fn owner_of(ctx: &ReqCtx) -> Owner {
     let id = ctx.tenant.as_str().to_string();
-    Owner { display_name: Some(id.clone()), id: Some(id) }
+    Owner {
+        display_name: Some(id.clone()),
+        id: Some(id),
+    }
 }
 
 fn non_empty(s: Option<String>) -> Option<String> {
@@ -129,14 +147,15 @@ pub async fn list_objects_v2(
     let ctx = ReqCtx::of(&req)?;
     let input = req.input;
     let bucket = gw.bucket(&ctx, &input.bucket)?;
-    let resume = match (input.continuation_token.as_deref(), input.start_after.as_deref()) {
-        (Some(t), _) => token::decode(t)?,
-        (None, Some(s)) if !s.is_empty() => Resume::After(s.to_string()),
-        _ => Resume::Start,
+    let prefix = input.prefix.clone().unwrap_or_default();
+    let delimiter = non_empty(input.delimiter.clone());
+    let resume = match input.continuation_token.as_deref() {
+        Some(t) => token::decode(t)?,
+        None => token::from_marker(input.start_after.as_deref(), &prefix, delimiter.as_deref()),
     };
     let listing = Listing {
-        prefix: input.prefix.clone().unwrap_or_default(),
-        delimiter: non_empty(input.delimiter.clone()),
+        prefix,
+        delimiter,
         resume,
         max_keys: max_keys(input.max_keys)?,
         url: url_encoding(input.encoding_type.as_ref())?,
@@ -153,7 +172,11 @@ pub async fn list_objects_v2(
         max_keys: Some(count(listing.max_keys)?),
         key_count: Some(key_count),
         continuation_token: input.continuation_token,
-        next_continuation_token: page.next.as_ref().filter(|_| page.truncated).and_then(token::encode),
+        next_continuation_token: page
+            .next
+            .as_ref()
+            .filter(|_| page.truncated)
+            .and_then(token::encode),
         start_after: listing.enc_opt(input.start_after.as_deref()),
         is_truncated: Some(page.truncated),
         contents: (!contents.is_empty()).then_some(contents),
@@ -183,7 +206,11 @@ pub async fn list_objects(
     let page = listing.fetch(gw, &bucket).await?;
     let owner = owner_of(&ctx);
     let contents = listing.objects(&page, Some(&owner))?;
-    let next_marker = page.next.as_ref().filter(|_| page.truncated).and_then(token::to_marker);
+    let next_marker = page
+        .next
+        .as_ref()
+        .filter(|_| page.truncated)
+        .and_then(token::to_marker);
     Ok(S3Response::new(ListObjectsOutput {
         name: Some(input.bucket),
         prefix: Some(listing.enc(&listing.prefix)),
@@ -221,7 +248,11 @@ pub async fn list_object_versions(
     let versions = objects_of(&page)
         .map(|o| version_of(&listing, o, &owner))
         .collect::<GwResult<ObjectVersionList>>()?;
-    let next_key_marker = page.next.as_ref().filter(|_| page.truncated).and_then(token::to_marker);
+    let next_key_marker = page
+        .next
+        .as_ref()
+        .filter(|_| page.truncated)
+        .and_then(token::to_marker);
     Ok(S3Response::new(ListObjectVersionsOutput {
         name: Some(input.bucket),
         prefix: Some(listing.enc(&listing.prefix)),
@@ -247,7 +278,9 @@ fn version_of(listing: &Listing, info: &ObjectInfo, owner: &Owner) -> GwResult<O
         last_modified: Some(timestamp(info.mtime_ms)),
         e_tag: Some(etag(info)),
         size: Some(size_i64(info.size)?),
-        storage_class: Some(ObjectVersionStorageClass::from_static(ObjectVersionStorageClass::STANDARD)),
+        storage_class: Some(ObjectVersionStorageClass::from_static(
+            ObjectVersionStorageClass::STANDARD,
+        )),
         owner: Some(owner.clone()),
         ..Default::default()
     })
@@ -263,7 +296,10 @@ mod tests {
         assert_eq!(max_keys(Some(0)).expect("zero"), 0);
         assert_eq!(max_keys(Some(5)).expect("five"), 5);
         assert_eq!(max_keys(Some(5000)).expect("clamped"), 1000);
-        assert!(matches!(max_keys(Some(-1)), Err(GwError::InvalidArgument(_))));
+        assert!(matches!(
+            max_keys(Some(-1)),
+            Err(GwError::InvalidArgument(_))
+        ));
     }
 
     #[test]

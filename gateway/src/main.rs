@@ -10,8 +10,9 @@ use tracing_subscriber::EnvFilter;
 
 /// Default log filter: our own crates at info; s3s's per-request error
 /// logs (every 404 would be an ERROR line) are silenced, since the gateway
-/// logs what matters itself.
-const DEFAULT_LOG: &str = "info,s3s=off,hyper=warn";
+/// logs what matters itself; the engines' per-tree chatter is kept to
+/// warnings.
+const DEFAULT_LOG: &str = "info,s3s=off,hyper=warn,fjall=warn,lsm_tree=warn,sled=warn";
 
 fn init_tracing(filter: Option<&str>) {
     let filter = filter
@@ -22,7 +23,10 @@ fn init_tracing(filter: Option<&str>) {
         eprintln!("laneway: bad log filter {filter:?} ({e}); using {DEFAULT_LOG:?}");
         EnvFilter::new(DEFAULT_LOG)
     });
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
 }
 
 fn main() -> ExitCode {
@@ -37,7 +41,10 @@ fn main() -> ExitCode {
                 }
             };
             init_tracing(cfg.log.as_deref());
-            let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+            let runtime = match tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+            {
                 Ok(rt) => rt,
                 Err(e) => {
                     eprintln!("laneway: cannot start the async runtime: {e}");

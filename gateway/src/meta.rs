@@ -71,7 +71,11 @@ pub fn strip_aws_chunked(value: &str) -> Option<String> {
         .map(str::trim)
         .filter(|t| !t.is_empty() && !t.eq_ignore_ascii_case("aws-chunked"))
         .collect();
-    if kept.is_empty() { None } else { Some(kept.join(",")) }
+    if kept.is_empty() {
+        None
+    } else {
+        Some(kept.join(","))
+    }
 }
 
 /// The metadata headers of a GET/HEAD response.
@@ -97,7 +101,10 @@ impl MetaOutput {
     pub fn from_meta(meta: &ObjectMeta) -> MetaOutput {
         let user: Metadata = meta.user.iter().cloned().collect();
         MetaOutput {
-            content_type: meta.content_type.clone().unwrap_or_else(|| DEFAULT_CONTENT_TYPE.into()),
+            content_type: meta
+                .content_type
+                .clone()
+                .unwrap_or_else(|| DEFAULT_CONTENT_TYPE.into()),
             content_encoding: meta.content_encoding.clone(),
             content_disposition: meta.content_disposition.clone(),
             content_language: meta.content_language.clone(),
@@ -164,13 +171,25 @@ mod tests {
         let mut user = Metadata::new();
         user.insert("b".into(), "2".into());
         user.insert("a".into(), "1".into());
-        let meta = MetaInput { user: Some(user), ..Default::default() }.into_meta().expect("meta");
-        assert_eq!(meta.user, vec![("a".into(), "1".into()), ("b".into(), "2".into())]);
+        let meta = MetaInput {
+            user: Some(user),
+            ..Default::default()
+        }
+        .into_meta()
+        .expect("meta");
+        assert_eq!(
+            meta.user,
+            vec![("a".into(), "1".into()), ("b".into(), "2".into())]
+        );
 
         let mut big = Metadata::new();
         big.insert("k".into(), "v".repeat(MAX_USER_META_BYTES));
         assert!(matches!(
-            MetaInput { user: Some(big), ..Default::default() }.into_meta(),
+            MetaInput {
+                user: Some(big),
+                ..Default::default()
+            }
+            .into_meta(),
             Err(GwError::MetadataTooLarge)
         ));
     }
@@ -178,8 +197,16 @@ mod tests {
     #[test]
     fn expires_round_trips_through_its_http_date() {
         let ts = timestamp(1_700_000_000_000);
-        let meta = MetaInput { expires: Some(ts.clone()), ..Default::default() }.into_meta().expect("meta");
-        assert_eq!(meta.expires.as_deref(), Some("Tue, 14 Nov 2023 22:13:20 GMT"));
+        let meta = MetaInput {
+            expires: Some(ts.clone()),
+            ..Default::default()
+        }
+        .into_meta()
+        .expect("meta");
+        assert_eq!(
+            meta.expires.as_deref(),
+            Some("Tue, 14 Nov 2023 22:13:20 GMT")
+        );
         assert_eq!(MetaOutput::from_meta(&meta).expires, Some(ts));
     }
 

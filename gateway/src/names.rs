@@ -47,7 +47,11 @@ fn looks_like_ipv4(name: &str) -> bool {
 
 /// Refuse an invalid bucket name.
 pub fn check_bucket_name(name: &str) -> GwResult<()> {
-    if valid_bucket_name(name) { Ok(()) } else { Err(GwError::InvalidBucketName) }
+    if valid_bucket_name(name) {
+        Ok(())
+    } else {
+        Err(GwError::InvalidBucketName)
+    }
 }
 
 /// Refuse an empty or over-long object key.
@@ -75,14 +79,29 @@ mod tests {
 
     #[test]
     fn accepts_ordinary_names() {
-        for n in ["abc", "my-bucket", "my.bucket.name", "a1b2c3", "123", &"a".repeat(63)] {
+        for n in [
+            "abc",
+            "my-bucket",
+            "my.bucket.name",
+            "a1b2c3",
+            "123",
+            &"a".repeat(63),
+        ] {
             assert!(valid_bucket_name(n), "{n}");
         }
     }
 
     #[test]
     fn refuses_bad_lengths_and_characters() {
-        for n in ["", "ab", &"a".repeat(64), "MyBucket", "my_bucket", "my bucket", "bücket"] {
+        for n in [
+            "",
+            "ab",
+            &"a".repeat(64),
+            "MyBucket",
+            "my_bucket",
+            "my bucket",
+            "bücket",
+        ] {
             assert!(!valid_bucket_name(n), "{n}");
         }
     }
@@ -96,7 +115,14 @@ mod tests {
 
     #[test]
     fn refuses_ip_like_and_reserved_names() {
-        for n in ["192.168.5.4", "999.1.1.1", "xn--abc", "sthree-x", "foo-s3alias", "foo--ol-s3"] {
+        for n in [
+            "192.168.5.4",
+            "999.1.1.1",
+            "xn--abc",
+            "sthree-x",
+            "foo-s3alias",
+            "foo--ol-s3",
+        ] {
             assert!(!valid_bucket_name(n), "{n}");
         }
         assert!(valid_bucket_name("1.2.3"));

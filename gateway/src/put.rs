@@ -6,15 +6,16 @@
 //! body is never buffered: s3s's stream (already de-framed from
 //! aws-chunked, signatures checked as it flows) goes straight to the store,
 //! which verifies the declared length and Content-MD5 before the object
-//! becomes visible.
+//! becomes visible; an x-amz-checksum-* header or trailer is verified on
+//! the way ([`crate::checksum`]).
 //!
 //! A single PUT is limited to 5 GiB (`EntityTooLarge`), and must declare
 //! its length (s3s already insists for signed and streaming uploads).
-//! If-None-Match: `*` and If-Match are checked against the current object
-//! just before the write; that check is not atomic with the write (see
-//! STORE_API_REQUESTS.md).
+//! If-None-Match: `*` and If-Match: "etag" are store preconditions checked
+//! atomically when the object is committed.
 
 use crate::body;
+use crate::checksum::{self, Algo};
 use crate::context::{Gateway, ReqCtx};
 use crate::error::{GwError, GwResult};
 use crate::meta::{MetaInput, etag, size_i64};
@@ -22,7 +23,7 @@ use crate::names::check_key;
 use crate::tagging;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use laneway_store::{BucketInfo, PutOptions, StoreError};
+use laneway_store::{BucketInfo, PutOptions, WriteCond};
 use s3s::dto::*;
 use s3s::{S3Request, S3Response};
 
@@ -31,7 +32,9 @@ pub const MAX_PUT_BYTES: u64 = 5 * 1024 * 1024 * 1024;
 
 /// Decode a Content-MD5 header: base64 of exactly 16 bytes.
 pub fn parse_content_md5(header: &str) -> GwResult<[u8; 16]> {
-    let raw = STANDARD.decode(header.trim()).map_err(|_| GwError::InvalidDigest)?;
+    let raw = STANDARD
+        .decode(header.trim())
+        .map_err(|_| GwError::InvalidDigest)?;
     <[u8; 16]>::try_from(raw.as_slice()).map_err(|_| GwError::InvalidDigest)
 }
 
@@ -55,39 +58,36 @@ fn decoded_content_length(headers: &http::HeaderMap) -> Option<i64> {
         .and_then(|v| v.parse::<i64>().ok())
 }
 
-/// Check If-Match / If-None-Match of a write against the current object.
-async fn check_write_conditions(
+/// The store precondition of If-None-Match / If-Match, checked atomically
+/// with the commit. `If-Match: *` (object must exist) has no store form
+/// and is checked just before the write instead.
+fn write_cond(
     gw: &Gateway,
     bucket: &BucketInfo,
     key: &str,
     if_match: Option<&ETagCondition>,
     if_none_match: Option<&ETagCondition>,
-) -> GwResult<()> {
-    if if_match.is_none() && if_none_match.is_none() {
-        return Ok(());
-    }
-    let current = match gw.store().head_object(bucket, key) {
-        Ok(info) => Some(info),
-        Err(StoreError::NoSuchKey) => None,
-        Err(e) => return Err(e.into()),
-    };
-    if let Some(cond) = if_none_match {
-        if !cond.is_any() {
-            return Err(GwError::NotImplemented("If-None-Match other than *"));
+) -> GwResult<WriteCond> {
+    match (if_match, if_none_match) {
+        (None, None) => Ok(WriteCond::None),
+        (None, Some(c)) if c.is_any() => Ok(WriteCond::IfAbsent),
+        (None, Some(_)) => Err(GwError::NotImplemented("If-None-Match other than *")),
+        (Some(ETagCondition::Any), None) => {
+            gw.store().head_object(bucket, key)?;
+            Ok(WriteCond::None)
         }
-        if current.is_some() {
-            return Err(GwError::PreconditionFailed);
+        (Some(ETagCondition::ETag(e)), None) => {
+            let mut md5 = [0u8; 16];
+            match hex::decode_to_slice(e.value(), &mut md5) {
+                Ok(()) => Ok(WriteCond::IfMd5(md5)),
+                // Not an MD5 ETag: no object of ours can match it.
+                Err(_) => Err(GwError::PreconditionFailed),
+            }
         }
+        (Some(_), Some(_)) => Err(GwError::InvalidRequest(
+            "If-Match and If-None-Match cannot be combined on a write".into(),
+        )),
     }
-    if let Some(cond) = if_match {
-        let Some(info) = current else {
-            return Err(GwError::Store(StoreError::NoSuchKey));
-        };
-        if cond.as_etag().is_some_and(|e| e.value() != info.etag) {
-            return Err(GwError::PreconditionFailed);
-        }
-    }
-    Ok(())
 }
 
 /// PutObject.
@@ -97,11 +97,16 @@ pub async fn put_object(
 ) -> GwResult<S3Response<PutObjectOutput>> {
     let ctx = ReqCtx::of(&req)?;
     let decoded = decoded_content_length(&req.headers);
+    let wanted = checksum::requested(&req.headers, req.trailing_headers.as_ref())?;
     let input = req.input;
     check_key(&input.key)?;
     let bucket = gw.bucket(&ctx, &input.bucket)?;
     let length = declared_length(input.content_length.or(decoded))?;
-    let content_md5 = input.content_md5.as_deref().map(parse_content_md5).transpose()?;
+    let content_md5 = input
+        .content_md5
+        .as_deref()
+        .map(parse_content_md5)
+        .transpose()?;
     let tags = tagging::from_header(input.tagging.as_deref())?;
     let meta = MetaInput {
         content_type: input.content_type,
@@ -113,22 +118,55 @@ pub async fn put_object(
         user: input.metadata,
     }
     .into_meta()?;
-    check_write_conditions(gw, &bucket, &input.key, input.if_match.as_ref(), input.if_none_match.as_ref())
-        .await?;
+    let cond = write_cond(
+        gw,
+        &bucket,
+        &input.key,
+        input.if_match.as_ref(),
+        input.if_none_match.as_ref(),
+    )?;
 
-    let opts = PutOptions { content_md5, content_length: Some(length), tags };
+    let opts = PutOptions {
+        content_md5,
+        content_length: Some(length),
+        tags,
+    };
     let (stream, faults) = body::upload(input.body);
+    let algo = wanted.as_ref().map(|w| w.algo);
+    let (stream, computed) = match wanted {
+        Some(w) => {
+            let (s, c) = checksum::verify(stream, w, &faults);
+            (s, Some(c))
+        }
+        None => (stream, None),
+    };
     let info = gw
         .store()
-        .put_object(&bucket, &input.key, meta, opts, stream)
+        .put_object_if(&bucket, &input.key, meta, opts, stream, cond)
         .await
         .map_err(|e| faults.explain(e))?;
     tracing::debug!(bucket = %bucket.name, key = %input.key, size = info.size, "object stored");
-    Ok(S3Response::new(PutObjectOutput {
+    let mut out = PutObjectOutput {
         e_tag: Some(etag(&info)),
         size: Some(size_i64(info.size)?),
         ..Default::default()
-    }))
+    };
+    if let (Some(algo), Some(value)) = (algo, computed.and_then(|c| c.get())) {
+        echo_checksum(&mut out, algo, value);
+    }
+    Ok(S3Response::new(out))
+}
+
+/// Return the verified checksum, as S3 does.
+fn echo_checksum(out: &mut PutObjectOutput, algo: Algo, value: String) {
+    let slot = match algo {
+        Algo::Crc32 => &mut out.checksum_crc32,
+        Algo::Crc32c => &mut out.checksum_crc32c,
+        Algo::Crc64Nvme => &mut out.checksum_crc64nvme,
+        Algo::Sha1 => &mut out.checksum_sha1,
+        Algo::Sha256 => &mut out.checksum_sha256,
+    };
+    *slot = Some(value);
 }
 
 #[cfg(test)]
@@ -141,17 +179,29 @@ mod tests {
         let d = parse_content_md5("1B2M2Y8AsgTpgAmY7PhCfg==").expect("valid");
         assert_eq!(hex::encode(d), "d41d8cd98f00b204e9800998ecf8427e");
         for bad in ["", "not base64!", "AAAA", "1B2M2Y8AsgTpgAmY7PhCfgAA"] {
-            assert!(matches!(parse_content_md5(bad), Err(GwError::InvalidDigest)), "{bad}");
+            assert!(
+                matches!(parse_content_md5(bad), Err(GwError::InvalidDigest)),
+                "{bad}"
+            );
         }
     }
 
     #[test]
     fn declared_length_is_required_and_bounded() {
-        assert!(matches!(declared_length(None), Err(GwError::MissingContentLength)));
-        assert!(matches!(declared_length(Some(-1)), Err(GwError::InvalidArgument(_))));
+        assert!(matches!(
+            declared_length(None),
+            Err(GwError::MissingContentLength)
+        ));
+        assert!(matches!(
+            declared_length(Some(-1)),
+            Err(GwError::InvalidArgument(_))
+        ));
         assert_eq!(declared_length(Some(0)).expect("empty"), 0);
         let max = i64::try_from(MAX_PUT_BYTES).expect("fits");
         assert_eq!(declared_length(Some(max)).expect("max"), MAX_PUT_BYTES);
-        assert!(matches!(declared_length(Some(max + 1)), Err(GwError::EntityTooLarge)));
+        assert!(matches!(
+            declared_length(Some(max + 1)),
+            Err(GwError::EntityTooLarge)
+        ));
     }
 }

@@ -25,13 +25,19 @@ pub fn resolve(range: &Range, size: u64) -> GwResult<GetRange> {
             if last < first {
                 return Err(GwError::InvalidRange);
             }
-            Ok(GetRange { start: first, end: last + 1 })
+            Ok(GetRange {
+                start: first,
+                end: last + 1,
+            })
         }
         Range::Suffix { length } => {
             if length == 0 || size == 0 {
                 return Err(GwError::InvalidRange);
             }
-            Ok(GetRange { start: size - length.min(size), end: size })
+            Ok(GetRange {
+                start: size - length.min(size),
+                end: size,
+            })
         }
     }
 }
@@ -85,12 +91,18 @@ mod tests {
             (Range::Suffix { length: 0 }, 10),
             (Range::Suffix { length: 5 }, 0),
         ] {
-            assert!(matches!(resolve(&range, size), Err(GwError::InvalidRange)), "{range:?} of {size}");
+            assert!(
+                matches!(resolve(&range, size), Err(GwError::InvalidRange)),
+                "{range:?} of {size}"
+            );
         }
     }
 
     #[test]
     fn content_range_is_inclusive() {
-        assert_eq!(content_range(GetRange { start: 2, end: 6 }, 10), "bytes 2-5/10");
+        assert_eq!(
+            content_range(GetRange { start: 2, end: 6 }, 10),
+            "bytes 2-5/10"
+        );
     }
 }

@@ -26,7 +26,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use laneway_store::{Store, StoreConfig, StoreError};
-use laneway_tenancy::{Bootstrap, CredentialStore, InitialKey, Secret, TenancyError};
+use laneway_tenancy::{Bootstrap, CredentialStore, InitialKey, TenancyError};
 use s3s::service::{S3Service, S3ServiceBuilder};
 use s3s::{HttpError, HttpResponse};
 use std::io::Write;
@@ -75,8 +75,14 @@ struct RequestIds {
 
 impl RequestIds {
     fn new() -> RequestIds {
-        let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
-        RequestIds { boot: u64::from(nanos), next: AtomicU64::new(1) }
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        RequestIds {
+            boot: u64::from(nanos),
+            next: AtomicU64::new(1),
+        }
     }
 
     fn next(&self) -> String {
@@ -85,41 +91,58 @@ impl RequestIds {
     }
 }
 
-/// Run `laneway serve` until a shutdown signal.
+/// Run `laneway serve` until a shutdown signal. The port is bound before
+/// the store opens (a busy port fails fast), and once the store is open it
+/// is always shut down (synced), whatever happens after.
 pub async fn run(cfg: ServeConfig) -> Result<(), ServeError> {
     std::fs::create_dir_all(&cfg.data_dir).map_err(|source| ServeError::DataDir {
         path: cfg.data_dir.display().to_string(),
         source,
     })?;
+    let bind_err = |source| ServeError::Bind {
+        addr: cfg.listen.clone(),
+        source,
+    };
+    let listener = TcpListener::bind(&cfg.listen).await.map_err(bind_err)?;
+    let addr = listener.local_addr().map_err(bind_err)?;
     let store = open_store(&cfg).await?;
-    let initial = cfg
-        .initial_key
-        .clone()
-        .map(|(access_key, secret)| InitialKey { access_key, secret: Secret::new(secret) });
-    let (creds, boot) = CredentialStore::open(&cfg.data_dir, initial)?;
-    let creds = Arc::new(creds);
 
-    let listener = TcpListener::bind(&cfg.listen)
-        .await
-        .map_err(|source| ServeError::Bind { addr: cfg.listen.clone(), source })?;
-    let addr = listener
-        .local_addr()
-        .map_err(|source| ServeError::Bind { addr: cfg.listen.clone(), source })?;
-    print_banner(&cfg, &boot, &creds, addr);
-    tracing::info!(%addr, data_dir = %cfg.data_dir.display(), region = %cfg.region, "laneway serving");
-
-    let service = build_service(Arc::clone(&store), &cfg.region, &creds);
-    accept_until_signal(listener, service, &cfg).await;
+    let served = serve_store(&cfg, listener, addr, Arc::clone(&store)).await;
 
     tracing::info!("syncing and closing the store");
     tokio::task::spawn_blocking(move || store.shutdown()).await?;
+    served?;
     tracing::info!("laneway stopped");
+    Ok(())
+}
+
+/// Credentials, banner, then requests until a shutdown signal.
+async fn serve_store(
+    cfg: &ServeConfig,
+    listener: TcpListener,
+    addr: SocketAddr,
+    store: Arc<Store>,
+) -> Result<(), ServeError> {
+    let initial = cfg
+        .initial_key
+        .clone()
+        .map(|(access_key, secret)| InitialKey { access_key, secret });
+    let (creds, boot) = CredentialStore::open(&cfg.data_dir, initial)?;
+    let creds = Arc::new(creds);
+    print_banner(cfg, &boot, &creds, addr);
+    tracing::info!(%addr, data_dir = %cfg.data_dir.display(), region = %cfg.region, "laneway serving");
+    let service = build_service(store, &cfg.region, &creds);
+    accept_until_signal(listener, service, cfg).await;
     Ok(())
 }
 
 async fn open_store(cfg: &ServeConfig) -> Result<Arc<Store>, ServeError> {
     let dir = cfg.data_dir.clone();
-    let scfg = StoreConfig { partitions: cfg.partitions, engine: cfg.engine, ..StoreConfig::default() };
+    let scfg = StoreConfig {
+        partitions: cfg.partitions,
+        engine: cfg.engine,
+        ..StoreConfig::default()
+    };
     Ok(tokio::task::spawn_blocking(move || Store::open(&dir, scfg)).await??)
 }
 
@@ -160,7 +183,11 @@ fn print_banner(cfg: &ServeConfig, boot: &Bootstrap, creds: &CredentialStore, ad
     }
     text.push_str(&format!("laneway listening on http://{addr}\n"));
     let mut out = std::io::stdout().lock();
-    if out.write_all(text.as_bytes()).and_then(|()| out.flush()).is_err() {
+    if out
+        .write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .is_err()
+    {
         tracing::warn!("could not write the startup banner to stdout");
     }
 }
@@ -168,7 +195,9 @@ fn print_banner(cfg: &ServeConfig, boot: &Bootstrap, creds: &CredentialStore, ad
 /// The address clients should use: loopback when bound to "any".
 fn paste_addr(addr: SocketAddr) -> SocketAddr {
     match addr {
-        SocketAddr::V4(a) if a.ip().is_unspecified() => SocketAddr::from(([127, 0, 0, 1], a.port())),
+        SocketAddr::V4(a) if a.ip().is_unspecified() => {
+            SocketAddr::from(([127, 0, 0, 1], a.port()))
+        }
         SocketAddr::V6(a) if a.ip().is_unspecified() => {
             SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, a.port()))
         }
@@ -195,7 +224,10 @@ async fn accept_until_signal(listener: TcpListener, service: S3Service, cfg: &Se
         }
     }
     drop(listener);
-    tracing::info!(grace_secs = cfg.shutdown_grace.as_secs(), "stopped accepting; draining in-flight requests");
+    tracing::info!(
+        grace_secs = cfg.shutdown_grace.as_secs(),
+        "stopped accepting; draining in-flight requests"
+    );
     tokio::select! {
         drained = tokio::time::timeout(cfg.shutdown_grace, graceful.shutdown()) => {
             if drained.is_err() {
@@ -219,7 +251,9 @@ fn serve_one(
     let service = service.clone();
     let ids = Arc::clone(ids);
     let svc = hyper::service::service_fn(move |req| handle(service.clone(), Arc::clone(&ids), req));
-    let conn = builder.serve_connection(TokioIo::new(stream), svc).into_owned();
+    let conn = builder
+        .serve_connection(TokioIo::new(stream), svc)
+        .into_owned();
     let conn = graceful.watch(conn);
     tokio::spawn(async move {
         if let Err(e) = conn.await {
@@ -242,26 +276,43 @@ async fn handle(
         path = %req.uri().path(),
         tenant = tracing::field::Empty,
     );
-    req.extensions_mut().insert(RequestInfo { id: id.clone(), span: span.clone() });
+    req.extensions_mut().insert(RequestInfo {
+        id: id.clone(),
+        span: span.clone(),
+    });
+    let is_head = req.method() == http::Method::HEAD;
     let started = Instant::now();
-    let mut result = service.call(req.map(s3s::Body::from)).instrument(span.clone()).await;
+    let mut result = service
+        .call(req.map(s3s::Body::from))
+        .instrument(span.clone())
+        .await;
     let _enter = span.enter();
     match &mut result {
-        Ok(resp) => {
-            if let Ok(v) = http::HeaderValue::from_str(&id) {
-                resp.headers_mut().insert("x-amz-request-id", v);
-            }
-            let status = resp.status().as_u16();
-            let elapsed_us = started.elapsed().as_micros();
-            if resp.status().is_server_error() {
-                tracing::warn!(status, elapsed_us, "request failed");
-            } else {
-                tracing::debug!(status, elapsed_us, "request done");
-            }
-        }
+        Ok(resp) => finish(resp, &id, is_head, started),
         Err(e) => tracing::warn!(error = ?e, "request error"),
     }
     result
+}
+
+/// Add the request id, fix up a ranged HEAD, log the outcome.
+fn finish(resp: &mut HttpResponse, id: &str, is_head: bool, started: Instant) {
+    if let Ok(v) = http::HeaderValue::from_str(id) {
+        resp.headers_mut().insert("x-amz-request-id", v);
+    }
+    // s3s always answers HEAD with 200; a ranged HEAD is 206 on S3.
+    if is_head
+        && resp.status() == http::StatusCode::OK
+        && resp.headers().contains_key(http::header::CONTENT_RANGE)
+    {
+        *resp.status_mut() = http::StatusCode::PARTIAL_CONTENT;
+    }
+    let status = resp.status().as_u16();
+    let elapsed_us = started.elapsed().as_micros();
+    if resp.status().is_server_error() {
+        tracing::warn!(status, elapsed_us, "request failed");
+    } else {
+        tracing::debug!(status, elapsed_us, "request done");
+    }
 }
 
 /// Resolves on Ctrl-C or SIGTERM.

@@ -32,7 +32,10 @@ pub fn parse_header(header: &str) -> GwResult<Vec<Tag>> {
     let mut tags = Vec::new();
     for pair in header.split('&').filter(|p| !p.is_empty()) {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        tags.push(Tag { key: form_decode(k)?, value: form_decode(v)? });
+        tags.push(Tag {
+            key: form_decode(k)?,
+            value: form_decode(v)?,
+        });
     }
     Ok(tags)
 }
@@ -59,16 +62,24 @@ pub fn validate(tags: &[Tag], max: usize) -> GwResult<()> {
     for t in tags {
         let key_chars = t.key.chars().count();
         if key_chars == 0 || key_chars > MAX_KEY_CHARS {
-            return Err(GwError::InvalidTag("The TagKey you have provided is too long or empty".into()));
+            return Err(GwError::InvalidTag(
+                "The TagKey you have provided is too long or empty".into(),
+            ));
         }
         if t.value.chars().count() > MAX_VALUE_CHARS {
-            return Err(GwError::InvalidTag("The TagValue you have provided is too long".into()));
+            return Err(GwError::InvalidTag(
+                "The TagValue you have provided is too long".into(),
+            ));
         }
         if t.key.starts_with("aws:") {
-            return Err(GwError::InvalidTag("Your TagKey cannot be prefixed with aws:".into()));
+            return Err(GwError::InvalidTag(
+                "Your TagKey cannot be prefixed with aws:".into(),
+            ));
         }
         if !seen.insert(t.key.as_str()) {
-            return Err(GwError::InvalidTag("Cannot provide multiple Tags with the same key".into()));
+            return Err(GwError::InvalidTag(
+                "Cannot provide multiple Tags with the same key".into(),
+            ));
         }
     }
     Ok(())
@@ -85,7 +96,10 @@ pub fn from_header(header: Option<&str>) -> GwResult<Vec<Tag>> {
 fn from_dto(set: TagSet) -> GwResult<Vec<Tag>> {
     set.into_iter()
         .map(|t| match t.key {
-            Some(key) => Ok(Tag { key, value: t.value.unwrap_or_default() }),
+            Some(key) => Ok(Tag {
+                key,
+                value: t.value.unwrap_or_default(),
+            }),
             None => Err(GwError::MalformedXml("a Tag has no Key".into())),
         })
         .collect()
@@ -94,13 +108,20 @@ fn from_dto(set: TagSet) -> GwResult<Vec<Tag>> {
 /// The XML tag set of stored tags.
 pub fn to_dto(tags: &[Tag]) -> TagSet {
     tags.iter()
-        .map(|t| dto::Tag { key: Some(t.key.clone()), value: Some(t.value.clone()) })
+        .map(|t| dto::Tag {
+            key: Some(t.key.clone()),
+            value: Some(t.value.clone()),
+        })
         .collect()
 }
 
 /// The `x-amz-tagging-count` of an object (None when untagged).
 pub fn tag_count(tags: &[Tag]) -> Option<i32> {
-    if tags.is_empty() { None } else { i32::try_from(tags.len()).ok() }
+    if tags.is_empty() {
+        None
+    } else {
+        i32::try_from(tags.len()).ok()
+    }
 }
 
 /// PutObjectTagging.
@@ -114,7 +135,9 @@ pub async fn put_object_tagging(
     let bucket = gw.bucket(&ctx, &input.bucket)?;
     let tags = from_dto(input.tagging.tag_set)?;
     validate(&tags, MAX_OBJECT_TAGS)?;
-    gw.store().put_object_tags(&bucket, &input.key, tags).await?;
+    gw.store()
+        .put_object_tags(&bucket, &input.key, tags)
+        .await?;
     Ok(S3Response::new(PutObjectTaggingOutput::default()))
 }
 
@@ -127,7 +150,10 @@ pub async fn get_object_tagging(
     check_key(&req.input.key)?;
     let bucket = gw.bucket(&ctx, &req.input.bucket)?;
     let info = gw.store().head_object(&bucket, &req.input.key)?;
-    Ok(S3Response::new(GetObjectTaggingOutput { tag_set: to_dto(&info.tags), version_id: None }))
+    Ok(S3Response::new(GetObjectTaggingOutput {
+        tag_set: to_dto(&info.tags),
+        version_id: None,
+    }))
 }
 
 /// DeleteObjectTagging.
@@ -138,7 +164,9 @@ pub async fn delete_object_tagging(
     let ctx = ReqCtx::of(&req)?;
     check_key(&req.input.key)?;
     let bucket = gw.bucket(&ctx, &req.input.bucket)?;
-    gw.store().put_object_tags(&bucket, &req.input.key, Vec::new()).await?;
+    gw.store()
+        .put_object_tags(&bucket, &req.input.key, Vec::new())
+        .await?;
     Ok(S3Response::new(DeleteObjectTaggingOutput::default()))
 }
 
@@ -151,7 +179,8 @@ pub async fn put_bucket_tagging(
     let input = req.input;
     let tags = from_dto(input.tagging.tag_set)?;
     validate(&tags, MAX_BUCKET_TAGS)?;
-    gw.store().set_bucket_tags(&ctx.tenant, &input.bucket, tags)?;
+    gw.store()
+        .set_bucket_tags(&ctx.tenant, &input.bucket, tags)?;
     Ok(S3Response::new(PutBucketTaggingOutput::default()))
 }
 
@@ -165,7 +194,9 @@ pub async fn get_bucket_tagging(
     if bucket.tags.is_empty() {
         return Err(GwError::NoSuchTagSet);
     }
-    Ok(S3Response::new(GetBucketTaggingOutput { tag_set: to_dto(&bucket.tags) }))
+    Ok(S3Response::new(GetBucketTaggingOutput {
+        tag_set: to_dto(&bucket.tags),
+    }))
 }
 
 /// DeleteBucketTagging.
@@ -174,7 +205,8 @@ pub async fn delete_bucket_tagging(
     req: S3Request<DeleteBucketTaggingInput>,
 ) -> GwResult<S3Response<DeleteBucketTaggingOutput>> {
     let ctx = ReqCtx::of(&req)?;
-    gw.store().set_bucket_tags(&ctx.tenant, &req.input.bucket, Vec::new())?;
+    gw.store()
+        .set_bucket_tags(&ctx.tenant, &req.input.bucket, Vec::new())?;
     Ok(S3Response::new(DeleteBucketTaggingOutput::default()))
 }
 
@@ -183,18 +215,27 @@ mod tests {
     use super::*;
 
     fn tag(k: &str, v: &str) -> Tag {
-        Tag { key: k.into(), value: v.into() }
+        Tag {
+            key: k.into(),
+            value: v.into(),
+        }
     }
 
     #[test]
     fn header_form_is_a_url_query_string() {
-        assert_eq!(parse_header("a=1&b=two").expect("parse"), vec![tag("a", "1"), tag("b", "two")]);
+        assert_eq!(
+            parse_header("a=1&b=two").expect("parse"),
+            vec![tag("a", "1"), tag("b", "two")]
+        );
         assert_eq!(
             parse_header("my%20key=a+b%26c&empty=&bare").expect("parse"),
             vec![tag("my key", "a b&c"), tag("empty", ""), tag("bare", "")]
         );
         assert_eq!(parse_header("").expect("parse"), vec![]);
-        assert_eq!(parse_header("k=%E2%9C%93").expect("parse"), vec![tag("k", "✓")]);
+        assert_eq!(
+            parse_header("k=%E2%9C%93").expect("parse"),
+            vec![tag("k", "✓")]
+        );
         assert!(parse_header("k=%FF").is_err());
     }
 
@@ -203,26 +244,43 @@ mod tests {
         let ten: Vec<Tag> = (0..10).map(|i| tag(&format!("k{i}"), "v")).collect();
         assert!(validate(&ten, MAX_OBJECT_TAGS).is_ok());
         let eleven: Vec<Tag> = (0..11).map(|i| tag(&format!("k{i}"), "v")).collect();
-        assert!(matches!(validate(&eleven, MAX_OBJECT_TAGS), Err(GwError::TooManyTags(10))));
+        assert!(matches!(
+            validate(&eleven, MAX_OBJECT_TAGS),
+            Err(GwError::TooManyTags(10))
+        ));
         assert!(validate(&eleven, MAX_BUCKET_TAGS).is_ok());
 
         assert!(validate(&[tag(&"k".repeat(128), &"v".repeat(256))], 10).is_ok());
         assert!(validate(&[tag(&"é".repeat(128), "")], 10).is_ok());
-        for bad in [tag("", "v"), tag(&"k".repeat(129), "v"), tag("k", &"v".repeat(257)), tag("aws:x", "v")] {
+        for bad in [
+            tag("", "v"),
+            tag(&"k".repeat(129), "v"),
+            tag("k", &"v".repeat(257)),
+            tag("aws:x", "v"),
+        ] {
             assert!(matches!(validate(&[bad], 10), Err(GwError::InvalidTag(_))));
         }
-        assert!(matches!(validate(&[tag("a", "1"), tag("a", "2")], 10), Err(GwError::InvalidTag(_))));
+        assert!(matches!(
+            validate(&[tag("a", "1"), tag("a", "2")], 10),
+            Err(GwError::InvalidTag(_))
+        ));
     }
 
     #[test]
     fn header_tags_are_validated() {
-        assert!(matches!(from_header(Some("a=1&a=2")), Err(GwError::InvalidTag(_))));
+        assert!(matches!(
+            from_header(Some("a=1&a=2")),
+            Err(GwError::InvalidTag(_))
+        ));
         assert_eq!(from_header(None).expect("none"), vec![]);
     }
 
     #[test]
     fn xml_tags_need_keys() {
-        let set = vec![dto::Tag { key: None, value: Some("v".into()) }];
+        let set = vec![dto::Tag {
+            key: None,
+            value: Some("v".into()),
+        }];
         assert!(matches!(from_dto(set), Err(GwError::MalformedXml(_))));
         assert_eq!(to_dto(&[tag("a", "1")])[0].key.as_deref(), Some("a"));
     }

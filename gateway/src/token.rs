@@ -7,8 +7,8 @@
 //! not decode exactly is `InvalidArgument`, never a panic or a silent
 //! restart from the beginning.
 //!
-//! v1 markers (and ListObjectVersions key markers) are plain keys. When a
-//! delimiter is in use and the marker is itself a common prefix (it ends
+//! v1 markers, ListObjectVersions key markers and v2 start-after are plain
+//! keys. When a delimiter is in use and the marker is itself a common prefix (it ends
 //! with the delimiter right after the listing prefix, as a NextMarker we
 //! returned for a rolled-up prefix does), the listing resumes past the
 //! whole prefix, so the same common prefix is not returned twice.
@@ -94,7 +94,10 @@ mod tests {
             Resume::After("k".repeat(1024)),
         ] {
             let t = encode(&r).expect("token");
-            assert!(t.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'));
+            assert!(
+                t.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            );
             assert_eq!(decode(&t).expect("decode"), r);
         }
         assert_eq!(encode(&Resume::Start), None);
@@ -106,8 +109,20 @@ mod tests {
         let wrong_kind = URL_SAFE_NO_PAD.encode([1u8, 7, b'a']);
         let empty_key = URL_SAFE_NO_PAD.encode([1u8, 0]);
         let bad_utf8 = URL_SAFE_NO_PAD.encode([1u8, 0, 0xff, 0xfe]);
-        for t in ["", "!!!", "a", "====", &wrong_version, &wrong_kind, &empty_key, &bad_utf8] {
-            assert!(matches!(decode(t), Err(GwError::InvalidArgument(_))), "{t:?}");
+        for t in [
+            "",
+            "!!!",
+            "a",
+            "====",
+            &wrong_version,
+            &wrong_kind,
+            &empty_key,
+            &bad_utf8,
+        ] {
+            assert!(
+                matches!(decode(t), Err(GwError::InvalidArgument(_))),
+                "{t:?}"
+            );
         }
     }
 
@@ -115,14 +130,38 @@ mod tests {
     fn markers_resume_after_keys_or_past_common_prefixes() {
         assert_eq!(from_marker(None, "", Some("/")), Resume::Start);
         assert_eq!(from_marker(Some(""), "", None), Resume::Start);
-        assert_eq!(from_marker(Some("a/b"), "", None), Resume::After("a/b".into()));
-        assert_eq!(from_marker(Some("a/"), "", None), Resume::After("a/".into()));
-        assert_eq!(from_marker(Some("a/"), "", Some("/")), Resume::PastPrefix("a/".into()));
-        assert_eq!(from_marker(Some("p/a/"), "p/", Some("/")), Resume::PastPrefix("p/a/".into()));
+        assert_eq!(
+            from_marker(Some("a/b"), "", None),
+            Resume::After("a/b".into())
+        );
+        assert_eq!(
+            from_marker(Some("a/"), "", None),
+            Resume::After("a/".into())
+        );
+        assert_eq!(
+            from_marker(Some("a/"), "", Some("/")),
+            Resume::PastPrefix("a/".into())
+        );
+        assert_eq!(
+            from_marker(Some("p/a/"), "p/", Some("/")),
+            Resume::PastPrefix("p/a/".into())
+        );
         // The prefix itself, or a key with a delimiter in the middle, is a key.
-        assert_eq!(from_marker(Some("p/"), "p/", Some("/")), Resume::After("p/".into()));
-        assert_eq!(from_marker(Some("a/b/c"), "", Some("/")), Resume::After("a/b/c".into()));
-        assert_eq!(from_marker(Some("a/b/"), "", Some("/")), Resume::After("a/b/".into()));
-        assert_eq!(to_marker(&Resume::PastPrefix("x/".into())), Some("x/".into()));
+        assert_eq!(
+            from_marker(Some("p/"), "p/", Some("/")),
+            Resume::After("p/".into())
+        );
+        assert_eq!(
+            from_marker(Some("a/b/c"), "", Some("/")),
+            Resume::After("a/b/c".into())
+        );
+        assert_eq!(
+            from_marker(Some("a/b/"), "", Some("/")),
+            Resume::After("a/b/".into())
+        );
+        assert_eq!(
+            to_marker(&Resume::PastPrefix("x/".into())),
+            Some("x/".into())
+        );
     }
 }

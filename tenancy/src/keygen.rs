@@ -87,7 +87,10 @@ mod tests {
             let k = new_access_key(&rng).expect("random");
             assert_eq!(k.len(), ACCESS_KEY_LEN);
             assert!(k.starts_with(ACCESS_KEY_PREFIX));
-            assert!(k.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit()));
+            assert!(
+                k.bytes()
+                    .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit())
+            );
             validate_access_key(&k).expect("own keys validate");
         }
     }

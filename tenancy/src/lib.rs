@@ -230,14 +230,25 @@ fn first_key(initial: Option<InitialKey>) -> Result<KeyEntry, TenancyError> {
         }
         None => {
             let rng = SystemRandom::new();
-            (keygen::new_access_key(&rng)?, Secret(keygen::new_secret_key(&rng)?))
+            (
+                keygen::new_access_key(&rng)?,
+                Secret(keygen::new_secret_key(&rng)?),
+            )
         }
     };
-    Ok(KeyEntry { access_key, secret, tenant: DEFAULT_TENANT.to_string(), created_ms: now_ms() })
+    Ok(KeyEntry {
+        access_key,
+        secret,
+        tenant: DEFAULT_TENANT.to_string(),
+        created_ms: now_ms(),
+    })
 }
 
 fn now_ms() -> i64 {
-    let ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
+    let ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0);
     i64::try_from(ms).unwrap_or(i64::MAX)
 }
 
@@ -279,7 +290,8 @@ fn write_keys_file(path: &Path, keys: &[KeyEntry]) -> Result<(), TenancyError> {
         .mode(0o600)
         .open(&tmp)
         .map_err(io_err("creating", &tmp))?;
-    f.write_all(text.as_bytes()).map_err(io_err("writing", &tmp))?;
+    f.write_all(text.as_bytes())
+        .map_err(io_err("writing", &tmp))?;
     f.sync_all().map_err(io_err("syncing", &tmp))?;
     fs::rename(&tmp, path).map_err(io_err("renaming into", path))?;
     if let Some(dir) = path.parent() {
@@ -314,16 +326,25 @@ mod tests {
         let Bootstrap::Created { access_key, secret } = boot else {
             panic!("expected a new key file");
         };
-        let mode = fs::metadata(store.path()).expect("stat").permissions().mode();
+        let mode = fs::metadata(store.path())
+            .expect("stat")
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o777, 0o600);
         let entry = store.lookup(&access_key).expect("lookup");
         assert_eq!(entry.tenant, DEFAULT_TENANT);
         assert_eq!(entry.secret, secret);
 
-        let again = InitialKey { access_key: "IGNORED123".into(), secret: Secret::new("ignored-secret".into()) };
+        let again = InitialKey {
+            access_key: "IGNORED123".into(),
+            secret: Secret::new("ignored-secret".into()),
+        };
         let (store2, boot2) = CredentialStore::open(dir.path(), Some(again)).expect("reopen");
         assert!(matches!(boot2, Bootstrap::Existing { access_key: ref k } if *k == access_key));
-        assert_eq!(store2.lookup(&access_key).map(|e| e.secret.clone()), Some(secret));
+        assert_eq!(
+            store2.lookup(&access_key).map(|e| e.secret.clone()),
+            Some(secret)
+        );
         assert!(store2.lookup("IGNORED123").is_none());
     }
 
@@ -336,7 +357,10 @@ mod tests {
         };
         let (store, _) = CredentialStore::open(dir.path(), Some(init)).expect("create");
         let e = store.lookup("AKIAIOSFODNN7EXAMPLE").expect("lookup");
-        assert_eq!(e.secret.expose(), "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY");
+        assert_eq!(
+            e.secret.expose(),
+            "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+        );
     }
 
     #[test]
@@ -345,16 +369,25 @@ mod tests {
         let tdir = dir.path().join("tenancy");
         fs::create_dir_all(&tdir).expect("mkdir");
         fs::write(tdir.join("keys.json"), "{not json").expect("write");
-        assert!(matches!(CredentialStore::open(dir.path(), None), Err(TenancyError::Corrupt(_))));
+        assert!(matches!(
+            CredentialStore::open(dir.path(), None),
+            Err(TenancyError::Corrupt(_))
+        ));
         fs::write(tdir.join("keys.json"), r#"{"format":99,"keys":[]}"#).expect("write");
-        assert!(matches!(CredentialStore::open(dir.path(), None), Err(TenancyError::Corrupt(_))));
+        assert!(matches!(
+            CredentialStore::open(dir.path(), None),
+            Err(TenancyError::Corrupt(_))
+        ));
     }
 
     #[test]
     fn secrets_are_redacted_in_debug_output() {
         let s = Secret::new("topsecretvalue".into());
         assert!(!format!("{s:?}").contains("topsecretvalue"));
-        let b = Bootstrap::Created { access_key: "LWX".into(), secret: s };
+        let b = Bootstrap::Created {
+            access_key: "LWX".into(),
+            secret: s,
+        };
         assert!(!format!("{b:?}").contains("topsecretvalue"));
     }
 }

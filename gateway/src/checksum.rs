@@ -1,0 +1,317 @@
+//! Flexible checksums of uploads: `x-amz-checksum-{crc32,crc32c,crc64nvme,
+//! sha1,sha256}`, sent as a header or (aws-chunked uploads, the default of
+//! current SDKs over TLS) as a trailer named by `x-amz-trailer`.
+//!
+//! [`verify`] wraps the upload stream and hashes the bytes as they pass, so
+//! nothing is buffered. When the body ends, the digest is compared with the
+//! header, or with the trailer s3s has just parsed; on a mismatch the stream
+//! ends with an error instead of a clean end, so the store never commits
+//! the object, and the [`FaultSlot`] tells the handler to answer
+//! `BadDigest`, as S3 does. The computed value is echoed in the response.
+
+use crate::body::{BodyFault, FaultSlot};
+use crate::error::{GwError, GwResult};
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use bytes::Bytes;
+use crc_fast::{CrcAlgorithm, Digest};
+use futures::Stream;
+use laneway_store::BodyStream;
+use ring::digest;
+use s3s::TrailingHeaders;
+use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll, ready};
+
+/// A checksum algorithm S3 clients may send.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Algo {
+    /// CRC32 (ISO-HDLC).
+    Crc32,
+    /// CRC32C (Castagnoli).
+    Crc32c,
+    /// CRC64/NVME.
+    Crc64Nvme,
+    /// SHA-1.
+    Sha1,
+    /// SHA-256.
+    Sha256,
+}
+
+impl Algo {
+    const ALL: [Algo; 5] = [
+        Algo::Crc32,
+        Algo::Crc32c,
+        Algo::Crc64Nvme,
+        Algo::Sha1,
+        Algo::Sha256,
+    ];
+
+    /// Its header (and trailer) name.
+    pub fn header(self) -> &'static str {
+        match self {
+            Algo::Crc32 => "x-amz-checksum-crc32",
+            Algo::Crc32c => "x-amz-checksum-crc32c",
+            Algo::Crc64Nvme => "x-amz-checksum-crc64nvme",
+            Algo::Sha1 => "x-amz-checksum-sha1",
+            Algo::Sha256 => "x-amz-checksum-sha256",
+        }
+    }
+
+    /// Its name in error messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Algo::Crc32 => "CRC32",
+            Algo::Crc32c => "CRC32C",
+            Algo::Crc64Nvme => "CRC64NVME",
+            Algo::Sha1 => "SHA1",
+            Algo::Sha256 => "SHA256",
+        }
+    }
+
+    fn from_header(name: &str) -> Option<Algo> {
+        Algo::ALL
+            .into_iter()
+            .find(|a| a.header().eq_ignore_ascii_case(name.trim()))
+    }
+}
+
+enum Hasher {
+    Crc(Digest, usize),
+    Sha(digest::Context),
+}
+
+impl Hasher {
+    fn new(algo: Algo) -> Hasher {
+        match algo {
+            Algo::Crc32 => Hasher::Crc(Digest::new(CrcAlgorithm::Crc32IsoHdlc), 4),
+            Algo::Crc32c => Hasher::Crc(Digest::new(CrcAlgorithm::Crc32Iscsi), 4),
+            Algo::Crc64Nvme => Hasher::Crc(Digest::new(CrcAlgorithm::Crc64Nvme), 8),
+            Algo::Sha1 => Hasher::Sha(digest::Context::new(&digest::SHA1_FOR_LEGACY_USE_ONLY)),
+            Algo::Sha256 => Hasher::Sha(digest::Context::new(&digest::SHA256)),
+        }
+    }
+
+    fn update(&mut self, data: &[u8]) {
+        match self {
+            Hasher::Crc(d, _) => d.update(data),
+            Hasher::Sha(c) => c.update(data),
+        }
+    }
+
+    /// The base64 of the big-endian digest, as the headers carry it.
+    fn finish(&mut self) -> String {
+        match self {
+            Hasher::Crc(d, width) => {
+                let be = d.finalize().to_be_bytes();
+                STANDARD.encode(&be[be.len().saturating_sub(*width)..])
+            }
+            Hasher::Sha(c) => STANDARD.encode(c.clone().finish().as_ref()),
+        }
+    }
+}
+
+/// Where the expected value comes from.
+pub enum Expected {
+    /// A request header.
+    Header(String),
+    /// The aws-chunked trailer (read once the body has ended).
+    Trailer(TrailingHeaders),
+}
+
+/// What the client asked to have verified.
+pub struct Request {
+    /// The algorithm.
+    pub algo: Algo,
+    /// The expected value.
+    pub expected: Expected,
+}
+
+/// The checksum request of an upload, from its headers: at most one
+/// `x-amz-checksum-*` header, or a trailer announced by `x-amz-trailer`.
+pub fn requested(
+    headers: &http::HeaderMap,
+    trailers: Option<&TrailingHeaders>,
+) -> GwResult<Option<Request>> {
+    let mut found = Algo::ALL.into_iter().filter_map(|a| {
+        let v = headers.get(a.header())?.to_str().ok()?;
+        Some((a, v.to_string()))
+    });
+    if let Some((algo, value)) = found.next() {
+        if found.next().is_some() {
+            return Err(GwError::InvalidRequest(
+                "Expecting a single x-amz-checksum- header".into(),
+            ));
+        }
+        return Ok(Some(Request {
+            algo,
+            expected: Expected::Header(value),
+        }));
+    }
+    let trailer = headers.get("x-amz-trailer").and_then(|v| v.to_str().ok());
+    match (trailer.and_then(Algo::from_header), trailers) {
+        (Some(algo), Some(t)) => Ok(Some(Request {
+            algo,
+            expected: Expected::Trailer(t.clone()),
+        })),
+        _ => Ok(None),
+    }
+}
+
+/// The checksum computed over an upload, once it has been read.
+#[derive(Clone, Default)]
+pub struct Computed(Arc<OnceLock<String>>);
+
+impl Computed {
+    /// The base64 value, if the body was read to its end.
+    pub fn get(&self) -> Option<String> {
+        self.0.get().cloned()
+    }
+}
+
+struct Verified {
+    inner: BodyStream,
+    hasher: Hasher,
+    req: Request,
+    faults: FaultSlot,
+    computed: Computed,
+    done: bool,
+}
+
+impl Verified {
+    fn expected(&self) -> Option<String> {
+        match &self.req.expected {
+            Expected::Header(v) => Some(v.clone()),
+            Expected::Trailer(t) => t
+                .read(|h| {
+                    h.get(self.req.algo.header())
+                        .and_then(|v| v.to_str().ok())
+                        .map(str::to_string)
+                })
+                .flatten(),
+        }
+    }
+
+    fn finish(&mut self) -> Option<std::io::Error> {
+        let got = self.hasher.finish();
+        let _ = self.computed.0.set(got.clone());
+        if self.expected().is_some_and(|want| want.trim() == got) {
+            return None;
+        }
+        self.faults.set(BodyFault::Checksum(self.req.algo));
+        Some(std::io::Error::other(format!(
+            "{} mismatch",
+            self.req.algo.name()
+        )))
+    }
+}
+
+impl Stream for Verified {
+    type Item = Result<Bytes, std::io::Error>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        if this.done {
+            return Poll::Ready(None);
+        }
+        match ready!(this.inner.as_mut().poll_next(cx)) {
+            Some(Ok(chunk)) => {
+                this.hasher.update(&chunk);
+                Poll::Ready(Some(Ok(chunk)))
+            }
+            Some(Err(e)) => {
+                this.done = true;
+                Poll::Ready(Some(Err(e)))
+            }
+            None => {
+                this.done = true;
+                Poll::Ready(this.finish().map(Err))
+            }
+        }
+    }
+}
+
+/// Wrap `body` so it fails at its end unless it matches `req`.
+pub fn verify(body: BodyStream, req: Request, faults: &FaultSlot) -> (BodyStream, Computed) {
+    let computed = Computed::default();
+    let v = Verified {
+        inner: body,
+        hasher: Hasher::new(req.algo),
+        req,
+        faults: faults.clone(),
+        computed: computed.clone(),
+        done: false,
+    };
+    (Box::pin(v), computed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::StreamExt;
+
+    fn digest_of(algo: Algo, data: &[u8]) -> String {
+        let mut h = Hasher::new(algo);
+        h.update(data);
+        h.finish()
+    }
+
+    #[test]
+    fn digests_match_known_values() {
+        // botocore's values for b"hello world".
+        assert_eq!(digest_of(Algo::Crc32, b"hello world"), "DUoRhQ==");
+        assert_eq!(digest_of(Algo::Crc32c, b"hello world"), "yZRlqg==");
+        assert_eq!(
+            digest_of(Algo::Sha1, b"hello world"),
+            "Kq5sNclPz7QV2+lfQIuc6R7oRu0="
+        );
+        assert_eq!(
+            digest_of(Algo::Sha256, b"hello world"),
+            "uU0nuZNNPgilLlLX2n2r+sSE7+N6U4DukIj3rOLvzek="
+        );
+        assert_eq!(digest_of(Algo::Crc64Nvme, b"").len(), 12);
+    }
+
+    fn body(parts: &[&'static [u8]]) -> BodyStream {
+        let chunks: Vec<Result<Bytes, std::io::Error>> =
+            parts.iter().map(|p| Ok(Bytes::from_static(p))).collect();
+        Box::pin(futures::stream::iter(chunks))
+    }
+
+    #[tokio::test]
+    async fn matching_header_passes_and_mismatch_fails_at_the_end() {
+        let faults = FaultSlot::default();
+        let req = Request {
+            algo: Algo::Crc32,
+            expected: Expected::Header("DUoRhQ==".into()),
+        };
+        let (s, computed) = verify(body(&[b"hello ", b"world"]), req, &faults);
+        let out: Vec<_> = s.collect().await;
+        assert!(out.iter().all(Result::is_ok));
+        assert_eq!(computed.get().as_deref(), Some("DUoRhQ=="));
+        assert_eq!(faults.get(), None);
+
+        let req = Request {
+            algo: Algo::Crc32,
+            expected: Expected::Header("AAAAAA==".into()),
+        };
+        let (s, _) = verify(body(&[b"hello world"]), req, &faults);
+        let out: Vec<_> = s.collect().await;
+        assert!(out.last().is_some_and(Result::is_err));
+        assert_eq!(faults.get(), Some(BodyFault::Checksum(Algo::Crc32)));
+    }
+
+    #[test]
+    fn at_most_one_checksum_header() {
+        let mut h = http::HeaderMap::new();
+        assert!(requested(&h, None).expect("none").is_none());
+        h.insert(
+            "x-amz-checksum-crc32",
+            http::HeaderValue::from_static("DUoRhQ=="),
+        );
+        let r = requested(&h, None).expect("one").expect("some");
+        assert_eq!(r.algo, Algo::Crc32);
+        h.insert("x-amz-checksum-sha1", http::HeaderValue::from_static("x"));
+        assert!(requested(&h, None).is_err());
+    }
+}
