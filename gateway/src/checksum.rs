@@ -158,14 +158,21 @@ pub fn requested(
     }
 }
 
-/// The checksum computed over an upload, once it has been read.
+/// The checksum computed over an upload, once it has been read. The same
+/// slot is handed to the store (`PutOptions::checksum`), which keeps the
+/// value with the object when it commits, after the body has ended.
 #[derive(Clone, Default)]
-pub struct Computed(Arc<OnceLock<String>>);
+pub struct Computed(Arc<OnceLock<laneway_store::Checksum>>);
 
 impl Computed {
     /// The base64 value, if the body was read to its end.
     pub fn get(&self) -> Option<String> {
-        self.0.get().cloned()
+        self.0.get().map(|c| c.value.clone())
+    }
+
+    /// The slot the store reads at commit.
+    pub fn slot(&self) -> Arc<OnceLock<laneway_store::Checksum>> {
+        Arc::clone(&self.0)
     }
 }
 
@@ -194,8 +201,11 @@ impl Verified {
 
     fn finish(&mut self) -> Option<std::io::Error> {
         let got = self.hasher.finish();
-        let _ = self.computed.0.set(got.clone());
         if self.expected().is_some_and(|want| want.trim() == got) {
+            let _ = self.computed.0.set(laneway_store::Checksum {
+                algorithm: self.req.algo.name().to_string(),
+                value: got,
+            });
             return None;
         }
         self.faults.set(BodyFault::Checksum(self.req.algo));
@@ -243,6 +253,47 @@ pub fn verify(body: BodyStream, req: Request, faults: &FaultSlot) -> (BodyStream
         done: false,
     };
     (Box::pin(v), computed)
+}
+
+/// A stored checksum spread over the five optional output fields of
+/// GetObject/HeadObject.
+#[derive(Default)]
+pub struct Fields {
+    /// x-amz-checksum-crc32.
+    pub crc32: Option<String>,
+    /// x-amz-checksum-crc32c.
+    pub crc32c: Option<String>,
+    /// x-amz-checksum-crc64nvme.
+    pub crc64nvme: Option<String>,
+    /// x-amz-checksum-sha1.
+    pub sha1: Option<String>,
+    /// x-amz-checksum-sha256.
+    pub sha256: Option<String>,
+}
+
+/// The checksum to return: only when the client asked
+/// (`x-amz-checksum-mode: ENABLED`), the object has one, and the response
+/// carries the whole object (a checksum of the whole cannot vouch for a range).
+pub fn fields(stored: Option<&laneway_store::Checksum>, mode_enabled: bool, whole: bool) -> Fields {
+    let mut f = Fields::default();
+    let Some(c) = stored.filter(|_| mode_enabled && whole) else {
+        return f;
+    };
+    let slot = match c.algorithm.as_str() {
+        "CRC32" => &mut f.crc32,
+        "CRC32C" => &mut f.crc32c,
+        "CRC64NVME" => &mut f.crc64nvme,
+        "SHA1" => &mut f.sha1,
+        "SHA256" => &mut f.sha256,
+        _ => return f,
+    };
+    *slot = Some(c.value.clone());
+    f
+}
+
+/// Whether a request's checksum mode is ENABLED.
+pub fn mode_enabled(mode: Option<&s3s::dto::ChecksumMode>) -> bool {
+    mode.is_some_and(|m| m.as_str().eq_ignore_ascii_case("ENABLED"))
 }
 
 #[cfg(test)]

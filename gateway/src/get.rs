@@ -12,6 +12,7 @@
 //! by s3s on top of the headers set here.
 
 use crate::body;
+use crate::checksum;
 use crate::conditional::{Conditions, Verdict};
 use crate::context::{Gateway, ReqCtx};
 use crate::error::{GwError, GwResult, not_modified_headers};
@@ -102,7 +103,17 @@ pub async fn get_object(
     };
     let length = served.map_or(info.size, |r| r.end - r.start);
     let m = MetaOutput::from_meta(&info.meta);
+    let sums = checksum::fields(
+        info.checksum.as_ref(),
+        checksum::mode_enabled(input.checksum_mode.as_ref()),
+        served.is_none(),
+    );
     Ok(S3Response::new(GetObjectOutput {
+        checksum_crc32: sums.crc32,
+        checksum_crc32c: sums.crc32c,
+        checksum_crc64nvme: sums.crc64nvme,
+        checksum_sha1: sums.sha1,
+        checksum_sha256: sums.sha256,
         body: Some(body::download(stream)),
         content_length: Some(size_i64(length)?),
         content_range: served.map(|r| range::content_range(r, info.size)),
@@ -146,7 +157,17 @@ pub async fn head_object(
         .transpose()?;
     let length = served.map_or(info.size, |r| r.end - r.start);
     let m = MetaOutput::from_meta(&info.meta);
+    let sums = checksum::fields(
+        info.checksum.as_ref(),
+        checksum::mode_enabled(input.checksum_mode.as_ref()),
+        served.is_none(),
+    );
     Ok(S3Response::new(HeadObjectOutput {
+        checksum_crc32: sums.crc32,
+        checksum_crc32c: sums.crc32c,
+        checksum_crc64nvme: sums.crc64nvme,
+        checksum_sha1: sums.sha1,
+        checksum_sha256: sums.sha256,
         content_length: Some(size_i64(length)?),
         content_range: served.map(|r| range::content_range(r, info.size)),
         accept_ranges: Some("bytes".into()),

@@ -23,7 +23,7 @@ use crate::names::check_key;
 use crate::tagging;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use laneway_store::{BucketInfo, PutOptions, WriteCond};
+use laneway_store::{PutOptions, WriteCond};
 use s3s::dto::*;
 use s3s::{S3Request, S3Response};
 
@@ -59,12 +59,8 @@ fn decoded_content_length(headers: &http::HeaderMap) -> Option<i64> {
 }
 
 /// The store precondition of If-None-Match / If-Match, checked atomically
-/// with the commit. `If-Match: *` (object must exist) has no store form
-/// and is checked just before the write instead.
-fn write_cond(
-    gw: &Gateway,
-    bucket: &BucketInfo,
-    key: &str,
+/// with the commit.
+pub fn write_cond(
     if_match: Option<&ETagCondition>,
     if_none_match: Option<&ETagCondition>,
 ) -> GwResult<WriteCond> {
@@ -72,18 +68,8 @@ fn write_cond(
         (None, None) => Ok(WriteCond::None),
         (None, Some(c)) if c.is_any() => Ok(WriteCond::IfAbsent),
         (None, Some(_)) => Err(GwError::NotImplemented("If-None-Match other than *")),
-        (Some(ETagCondition::Any), None) => {
-            gw.store().head_object(bucket, key)?;
-            Ok(WriteCond::None)
-        }
-        (Some(ETagCondition::ETag(e)), None) => {
-            let mut md5 = [0u8; 16];
-            match hex::decode_to_slice(e.value(), &mut md5) {
-                Ok(()) => Ok(WriteCond::IfMd5(md5)),
-                // Not an MD5 ETag: no object of ours can match it.
-                Err(_) => Err(GwError::PreconditionFailed),
-            }
-        }
+        (Some(ETagCondition::Any), None) => Ok(WriteCond::IfExists),
+        (Some(ETagCondition::ETag(e)), None) => Ok(WriteCond::IfEtag(e.value().to_string())),
         (Some(_), Some(_)) => Err(GwError::InvalidRequest(
             "If-Match and If-None-Match cannot be combined on a write".into(),
         )),
@@ -118,19 +104,8 @@ pub async fn put_object(
         user: input.metadata,
     }
     .into_meta()?;
-    let cond = write_cond(
-        gw,
-        &bucket,
-        &input.key,
-        input.if_match.as_ref(),
-        input.if_none_match.as_ref(),
-    )?;
+    let cond = write_cond(input.if_match.as_ref(), input.if_none_match.as_ref())?;
 
-    let opts = PutOptions {
-        content_md5,
-        content_length: Some(length),
-        tags,
-    };
     let (stream, faults) = body::upload(input.body);
     let algo = wanted.as_ref().map(|w| w.algo);
     let (stream, computed) = match wanted {
@@ -139,6 +114,12 @@ pub async fn put_object(
             (s, Some(c))
         }
         None => (stream, None),
+    };
+    let opts = PutOptions {
+        content_md5,
+        content_length: Some(length),
+        tags,
+        checksum: computed.as_ref().map(checksum::Computed::slot),
     };
     let info = gw
         .store()

@@ -42,6 +42,11 @@ pub enum WriteCond {
     IfAbsent,
     /// Only if the current object's MD5 is this (If-Match).
     IfMd5([u8; 16]),
+    /// Only if an object exists under the key (If-Match: *).
+    IfExists,
+    /// Only if the current object's ETag (without quotes) is this; works
+    /// for multipart ETags (`<hex>-N`) too.
+    IfEtag(String),
 }
 
 /// One mutation of a partition.
@@ -409,6 +414,8 @@ pub(crate) fn check_cond(cond: &WriteCond, old: Option<&StoredObject>) -> StoreR
     let ok = match cond {
         WriteCond::None => true,
         WriteCond::IfAbsent => old.is_none(),
+        WriteCond::IfExists => old.is_some(),
+        WriteCond::IfEtag(e) => old.is_some_and(|o| crate::record::etag(&o.md5, o.parts) == *e),
         WriteCond::IfMd5(md5) => old.is_some_and(|o| &o.md5 == md5),
     };
     if ok {

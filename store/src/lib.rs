@@ -38,6 +38,6 @@ pub use ids::{BucketId, PartitionId, TenantId};
 pub use index::Engine;
 pub use list::{ListEntry, ListPage, ListQuery, Resume};
 pub use multipart::{PartInfo, UploadInfo};
-pub use record::{ObjectInfo, ObjectMeta, Tag};
+pub use record::{Checksum, ObjectInfo, ObjectMeta, Tag};
 pub use store::{BodyStream, BucketInfo, GetRange, PutOptions, Store, StoreConfig};
 pub use uploads::{UploadEntry, UploadPage, UploadQuery};

@@ -394,6 +394,7 @@ fn complete(
         parts: u32::try_from(parts.len()).unwrap_or(u32::MAX),
         meta: up.meta,
         tags: up.tags,
+        checksum: None,
         data: DataLoc::Parts(locs),
     };
     // Every stored part stops counting as a pending part; account() then

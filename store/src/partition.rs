@@ -163,6 +163,7 @@ impl Partition {
             mtime_ms: now_ms(),
             parts: 0,
             meta,
+            checksum: opts.checksum.as_ref().and_then(|c| c.get().cloned()),
             tags: opts.tags,
             data: got.data,
         };

@@ -33,6 +33,15 @@ pub struct Tag {
     pub value: String,
 }
 
+/// A flexible checksum of an object's body as the client sent it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Checksum {
+    /// Algorithm name as S3 spells it: CRC32, CRC32C, CRC64NVME, SHA1, SHA256.
+    pub algorithm: String,
+    /// The value, base64 as in the x-amz-checksum-* header.
+    pub value: String,
+}
+
 /// Client-supplied metadata stored with an object and returned on GET/HEAD.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ObjectMeta {
@@ -131,6 +140,8 @@ pub struct StoredObject {
     pub meta: ObjectMeta,
     /// The tag set (tag updates rewrite only this record).
     pub tags: Vec<Tag>,
+    /// The flexible checksum the client sent and the gateway verified.
+    pub checksum: Option<Checksum>,
     /// Where the data is.
     pub data: DataLoc,
 }
@@ -152,6 +163,8 @@ pub struct ObjectInfo {
     pub tags: Vec<Tag>,
     /// Number of parts (0: not a multipart object).
     pub parts: u32,
+    /// Stored flexible checksum, if the client sent one.
+    pub checksum: Option<Checksum>,
 }
 
 impl StoredObject {
@@ -185,6 +198,7 @@ impl StoredObject {
             meta: self.meta.clone(),
             tags: self.tags.clone(),
             parts: self.parts,
+            checksum: self.checksum.clone(),
         }
     }
 }
@@ -278,6 +292,7 @@ mod tests {
                 key: "k".into(),
                 value: "v".into(),
             }],
+            checksum: None,
             data: DataLoc::Inline(b"abc".to_vec()),
         };
         let enc = r.encode();
@@ -337,6 +352,7 @@ impl ListSummary {
             meta: ObjectMeta::default(),
             tags: Vec::new(),
             parts: self.parts,
+            checksum: None,
         }
     }
 }

@@ -79,6 +79,9 @@ pub struct PutOptions {
     pub content_length: Option<u64>,
     /// Tags to store with the object.
     pub tags: Vec<Tag>,
+    /// The body's flexible checksum, filled (by the body stream, for
+    /// trailers) by the time the body ends; read when the object commits.
+    pub checksum: Option<std::sync::Arc<std::sync::OnceLock<crate::record::Checksum>>>,
 }
 
 /// A byte range of an object to read, already resolved against its size:
