@@ -99,13 +99,62 @@ def _binary_path() -> Path:
     return path
 
 
-@pytest.fixture(scope="session")
-def server(tmp_path_factory) -> Server:
-    external = os.environ.get("LANEWAY_ENDPOINT")
-    if external:
-        yield Server(endpoint=external.rstrip("/"), access_key=ACCESS_KEY, secret_key=SECRET_KEY)
-        return
+class LanewayProcess:
+    """One `laneway serve` child process, its log files and its endpoint."""
 
+    def __init__(self, binary: Path, data_dir: Path, log_dir: Path, extra_args: list[str], name: str = "server"):
+        self.cmd = [str(binary), "serve", "--data-dir", str(data_dir), "--listen", "127.0.0.1:0", *extra_args]
+        self.stdout_path = log_dir / f"{name}.stdout.log"
+        self.stderr_path = log_dir / f"{name}.stderr.log"
+        env = dict(os.environ)
+        env.setdefault("RUST_BACKTRACE", "1")
+        env["NO_COLOR"] = "1"  # plain log lines in the files we print on failure
+        with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
+            self.proc = subprocess.Popen(
+                self.cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env, start_new_session=True
+            )
+        self.endpoint = self._wait_ready()
+
+    def stdout(self) -> str:
+        return self.stdout_path.read_text(errors="replace")
+
+    def _wait_ready(self) -> str:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while time.monotonic() < deadline:
+            match = READY_RE.search(self.stdout())
+            if match:
+                return match.group(1).rstrip("/")
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        code = self.proc.poll()
+        if code is None:
+            self.proc.kill()
+            self.proc.wait()
+        pytest.fail(
+            f"laneway did not print 'laneway listening on http://ADDR' within "
+            f"{STARTUP_TIMEOUT_S:.0f}s (exit code {code}).\n"
+            f"command: {' '.join(self.cmd)}\n"
+            f"--- stdout ---\n{_tail(self.stdout_path, 50)}\n"
+            f"--- stderr ---\n{_tail(self.stderr_path, 100)}",
+            pytrace=False,
+        )
+
+    def stop(self, timeout: float = 30) -> Optional[int]:
+        """SIGTERM, then SIGKILL after `timeout`. Returns the exit code the
+        process already had before the stop (None if it was running)."""
+        died_with = self.proc.poll()
+        if died_with is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return died_with
+
+
+def require_binary() -> Path:
     binary = _binary_path()
     if not binary.is_file():
         pytest.fail(
@@ -113,85 +162,53 @@ def server(tmp_path_factory) -> Server:
             "`cargo build --release -p laneway-gateway` or set LANEWAY_BIN",
             pytrace=False,
         )
+    return binary
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory) -> Server:
+    external = os.environ.get("LANEWAY_ENDPOINT")
+    if external:
+        yield Server(endpoint=external.rstrip("/"), access_key=ACCESS_KEY, secret_key=SECRET_KEY)
+        return
+
     workdir = tmp_path_factory.mktemp("laneway-server")
-    data_dir = workdir / "data"
-    stdout_path = workdir / "stdout.log"
-    stderr_path = workdir / "stderr.log"
-    _SERVER_LOGS.update(stdout=stdout_path, stderr=stderr_path)
+    process = LanewayProcess(
+        require_binary(),
+        workdir / "data",
+        workdir,
+        ["--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY],
+    )
+    _SERVER_LOGS.update(stdout=process.stdout_path, stderr=process.stderr_path)
 
-    env = dict(os.environ)
-    env.setdefault("RUST_BACKTRACE", "1")
-    cmd = [
-        str(binary),
-        "serve",
-        "--data-dir",
-        str(data_dir),
-        "--listen",
-        "127.0.0.1:0",
-        "--access-key",
-        ACCESS_KEY,
-        "--secret-key",
-        SECRET_KEY,
-    ]
-    with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
-        proc = subprocess.Popen(
-            cmd,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=err,
-            env=env,
-            start_new_session=True,
-        )
+    yield Server(endpoint=process.endpoint, access_key=ACCESS_KEY, secret_key=SECRET_KEY)
 
-    endpoint: Optional[str] = None
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while time.monotonic() < deadline:
-        match = READY_RE.search(stdout_path.read_text(errors="replace"))
-        if match:
-            endpoint = match.group(1).rstrip("/")
-            break
-        if proc.poll() is not None:
-            break
-        time.sleep(0.05)
-    if endpoint is None:
-        code = proc.poll()
-        if code is None:
-            proc.kill()
-            proc.wait()
-        pytest.fail(
-            f"laneway did not print 'laneway listening on http://ADDR' within "
-            f"{STARTUP_TIMEOUT_S:.0f}s (exit code {code}).\n"
-            f"command: {' '.join(cmd)}\n"
-            f"--- stdout ---\n{_tail(stdout_path, 50)}\n"
-            f"--- stderr ---\n{_tail(stderr_path, 100)}",
-            pytrace=False,
-        )
-
-    yield Server(endpoint=endpoint, access_key=ACCESS_KEY, secret_key=SECRET_KEY)
-
-    died_with = proc.poll()
-    if died_with is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    died_with = process.stop()
     if died_with is not None:
         pytest.fail(
             f"laneway exited during the run with code {died_with}\n"
-            f"--- stderr ---\n{_tail(stderr_path, 100)}",
+            f"--- stderr ---\n{_tail(process.stderr_path, 100)}",
             pytrace=False,
         )
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """On a failing run, show what the server said: its stdout, every
+    WARN/ERROR/panic line of its stderr, and the last lines of stderr."""
     if exitstatus == 0 or not _SERVER_LOGS:
         return
-    for name in ("stdout", "stderr"):
-        path = _SERVER_LOGS[name]
-        terminalreporter.write_sep("=", f"laneway server {name} (last 200 lines): {path}")
-        terminalreporter.write_line(_tail(path, 200))
+    out, err = _SERVER_LOGS["stdout"], _SERVER_LOGS["stderr"]
+    terminalreporter.write_sep("=", f"laneway server stdout: {out}")
+    terminalreporter.write_line(_tail(out, 40))
+    try:
+        lines = err.read_text(errors="replace").splitlines()
+    except OSError:
+        lines = []
+    notable = [l for l in lines if re.search(r"\b(WARN|ERROR)\b|panicked", l)]
+    terminalreporter.write_sep("=", f"laneway server stderr, WARN/ERROR/panic lines ({len(notable)}): {err}")
+    terminalreporter.write_line("\n".join(notable[-150:]))
+    terminalreporter.write_sep("=", "laneway server stderr, last 40 lines")
+    terminalreporter.write_line(_tail(err, 40))
 
 
 def make_client(server: Server, **overrides):

@@ -9,6 +9,7 @@ import email.utils
 import gzip
 
 import pytest
+from botocore.httpchecksum import AwsChunkedWrapper, Crc32Checksum
 
 from s3util import (
     capture_request_headers,
@@ -125,8 +126,8 @@ def test_default_crc32_checksum_header_round_trip(s3, bucket):
     seen = capture_request_headers(s3, "PutObject")
     body = random_bytes(300_000)
     put = s3.put_object(Bucket=bucket, Key="crc", Body=body)
-    assert "x-amz-checksum-crc32" in seen[-1], "client sent no CRC32 header"
-    assert put.get("ChecksumCRC32") == crc32_b64(body)
+    assert seen[-1].get("x-amz-checksum-crc32") == crc32_b64(body), "client sent no CRC32 header"
+    assert put.get("ChecksumCRC32") == crc32_b64(body), "PutObject does not return x-amz-checksum-crc32"
     head = s3.head_object(Bucket=bucket, Key="crc", ChecksumMode="ENABLED")
     assert head.get("ChecksumCRC32") == crc32_b64(body)
     # GetObject: boto3 asks for the checksum and validates the body against it.
@@ -153,7 +154,6 @@ def test_aws_chunked_trailer_upload(client_factory, bucket, size):
     assert sent.get("x-amz-trailer") == "x-amz-checksum-crc32"
     assert sent.get("x-amz-content-sha256") == "STREAMING-UNSIGNED-PAYLOAD-TRAILER"
     assert put["ETag"] == quoted_md5(body)
-    assert put.get("ChecksumCRC32") == crc32_b64(body)
 
     got = client.get_object(Bucket=bucket, Key="chunked")
     assert got["Body"].read() == body
@@ -161,6 +161,33 @@ def test_aws_chunked_trailer_upload(client_factory, bucket, size):
     assert got["ContentType"] == "application/x-test"
     # aws-chunked is transport framing; it is not stored as the object's encoding.
     assert "aws-chunked" not in (got.get("ContentEncoding") or "")
+    # S3 answers a checksummed PutObject with the checksum it verified.
+    assert put.get("ChecksumCRC32") == crc32_b64(body)
+
+
+def test_aws_chunked_trailer_bad_checksum(client_factory, s3, bucket):
+    client = client_factory()
+    force_trailer_checksums(client)
+
+    class WrongCrc32(Crc32Checksum):
+        def digest(self):
+            return b"\xde\xad\xbe\xef"
+
+    corrupted = []
+
+    def corrupt_trailer(request, **_):
+        # botocore builds the trailer from this class when the body is read.
+        if isinstance(request.body, AwsChunkedWrapper):
+            request.body._checksum_cls = WrongCrc32
+            request.body._reset()
+            corrupted.append(True)
+
+    client.meta.events.register("before-send.s3.PutObject", corrupt_trailer)
+    try:
+        expect_error("BadDigest", 400, client.put_object, Bucket=bucket, Key="bad-trailer", Body=random_bytes(70_000))
+    finally:
+        assert corrupted, "test harness: the trailer was not corrupted"
+    expect_error("NoSuchKey", 404, s3.get_object, Bucket=bucket, Key="bad-trailer")
 
 
 def test_aws_chunked_trailer_keeps_real_content_encoding(client_factory, bucket):

@@ -32,6 +32,11 @@ export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-auto}"
 START=$SECONDS
 FAILED=()
 
+if ! cargo nextest --version >/dev/null 2>&1; then
+    echo "error: cargo-nextest is not installed (cargo install cargo-nextest --locked)" >&2
+    exit 1
+fi
+
 step() {
     printf '\n==> [%4ds] %s\n' "$((SECONDS - START))" "$*"
 }

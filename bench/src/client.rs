@@ -127,7 +127,10 @@ impl S3Client {
     }
 
     /// Sends `req`; a non-2xx answer becomes [`ClientError::S3`].
-    pub(crate) async fn send(&self, req: Request<ReqBody>) -> Result<Response<Incoming>, ClientError> {
+    pub(crate) async fn send(
+        &self,
+        req: Request<ReqBody>,
+    ) -> Result<Response<Incoming>, ClientError> {
         let is_head = req.method() == Method::HEAD;
         let resp = self
             .http

@@ -60,12 +60,20 @@ pub async fn fill(
     let next = Arc::new(AtomicU64::new(0));
     let data = content::pattern(0x5eed, size);
     let start = Instant::now();
-    let reporter = progress.map(|every| tokio::spawn(report_progress(next.clone(), keys.count, every)));
+    let reporter =
+        progress.map(|every| tokio::spawn(report_progress(next.clone(), keys.count, every)));
     let mut tasks = Vec::with_capacity(concurrency);
     for _ in 0..concurrency.max(1) {
-        let (client, bucket, keys, next, data) =
-            (client.clone(), bucket.to_owned(), keys.clone(), next.clone(), data.clone());
-        tasks.push(tokio::spawn(async move { fill_worker(&client, &bucket, &keys, &next, data).await }));
+        let (client, bucket, keys, next, data) = (
+            client.clone(),
+            bucket.to_owned(),
+            keys.clone(),
+            next.clone(),
+            data.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            fill_worker(&client, &bucket, &keys, &next, data).await
+        }));
     }
     let mut stats = OpStats::default();
     for task in tasks {
@@ -83,7 +91,13 @@ pub async fn fill(
     }
 }
 
-async fn fill_worker(client: &S3Client, bucket: &str, keys: &KeySpace, next: &AtomicU64, data: Bytes) -> OpStats {
+async fn fill_worker(
+    client: &S3Client,
+    bucket: &str,
+    keys: &KeySpace,
+    next: &AtomicU64,
+    data: Bytes,
+) -> OpStats {
     let mut stats = OpStats::default();
     loop {
         let idx = next.fetch_add(1, Ordering::Relaxed);
@@ -91,7 +105,10 @@ async fn fill_worker(client: &S3Client, bucket: &str, keys: &KeySpace, next: &At
             return stats;
         }
         let t0 = Instant::now();
-        match client.put_object(bucket, &keys.key(idx), data.clone()).await {
+        match client
+            .put_object(bucket, &keys.key(idx), data.clone())
+            .await
+        {
             Ok(_) => stats.ok(t0.elapsed(), data.len() as u64),
             Err(e) => stats.err(&e),
         }

@@ -47,7 +47,6 @@ pub fn run(dir: &Path, duration: Duration, block: usize) -> io::Result<FsyncResu
     let path = dir.join(format!("laneway-fsync-probe-{}", std::process::id()));
     let file = OpenOptions::new()
         .create_new(true)
-        .write(true)
         .append(true)
         .open(&path)?;
     let mut probe = ProbeFile { path, file };

@@ -9,7 +9,7 @@
 /// Sub-buckets per power of two (2^5).
 const SUB_BITS: u32 = 5;
 const SUB: u64 = 1 << SUB_BITS;
-const BUCKETS: usize = ((64 - SUB_BITS as usize) + 1) * SUB as usize;
+const BUCKETS: usize = (64 - SUB_BITS as usize + 1) << SUB_BITS;
 
 /// A histogram of `u64` samples.
 #[derive(Debug, Clone)]

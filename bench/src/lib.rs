@@ -9,20 +9,28 @@
 //!   operations), `sign` (SigV4), `xml` (reading answers), `body`
 //!   (streamed request bodies), `error`;
 //! - measuring: `histogram` (log-linear latency histogram), `report`
-//!   (counters and the printed table), `rss` (server RSS sampler);
+//!   (counters and the printed table), `rss` (server RSS sampler),
+//!   `cpu` (loader and server CPU seconds per request);
 //! - modes: `workload` (timed put/get/head/tag/mixed), `fill` (bulk load
 //!   and key naming), `list` (LIST walks), `null_server` (the ceiling),
 //!   `fsync` (the durable-append probe);
-//! - helpers: `content` (deterministic object bytes), `size` (`4KiB`).
+//! - binary: `cli` (clap arguments) and `modes` (runs one mode, prints
+//!   its method and figures);
+//! - helpers: `content` (deterministic object bytes), `size` (`4KiB`),
+//!   `machine` (the machine line printed with every result).
 
 pub mod body;
+pub mod cli;
 pub mod client;
 pub mod content;
+pub mod cpu;
 pub mod error;
 pub mod fill;
 pub mod fsync;
 pub mod histogram;
 pub mod list;
+pub mod machine;
+pub mod modes;
 pub mod null_server;
 pub mod ops;
 pub mod report;

@@ -75,7 +75,9 @@ pub async fn walk(client: &S3Client, lb: &ListBench) -> Result<Walk, ClientError
     let start = Instant::now();
     while w.pages < MAX_PAGES {
         let t0 = Instant::now();
-        let page = client.list_objects_v2(&lb.bucket, &lb.request(token.as_deref())).await?;
+        let page = client
+            .list_objects_v2(&lb.bucket, &lb.request(token.as_deref()))
+            .await?;
         let lat = t0.elapsed();
         if w.pages == 0 {
             w.first_page = lat;
@@ -114,7 +116,9 @@ pub async fn first_pages(client: &S3Client, lb: &ListBench) -> Result<Histogram,
     let mut h = Histogram::new();
     for _ in 0..lb.first_page_samples {
         let t0 = Instant::now();
-        client.list_objects_v2(&lb.bucket, &lb.request(None)).await?;
+        client
+            .list_objects_v2(&lb.bucket, &lb.request(None))
+            .await?;
         h.record(micros(t0.elapsed()));
     }
     Ok(h)
@@ -130,6 +134,9 @@ mod tests {
         let page1 = ["a".to_owned(), "c".to_owned()];
         assert_eq!(count_disorder(&mut last, &page1, &["b/".to_owned()]), 0);
         assert_eq!(last, "c");
-        assert_eq!(count_disorder(&mut last, &["c".to_owned(), "d".to_owned()], &[]), 1);
+        assert_eq!(
+            count_disorder(&mut last, &["c".to_owned(), "d".to_owned()], &[]),
+            1
+        );
     }
 }

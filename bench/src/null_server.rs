@@ -106,7 +106,8 @@ async fn answer(req: Request<Incoming>, body: Bytes) -> Result<Response<Full<Byt
         Method::GET => Response::new(Full::new(body)),
         Method::HEAD => {
             let mut r = Response::new(Full::new(Bytes::new()));
-            r.headers_mut().insert(http::header::CONTENT_LENGTH, body.len().into());
+            r.headers_mut()
+                .insert(http::header::CONTENT_LENGTH, body.len().into());
             r
         }
         Method::DELETE => {

@@ -137,7 +137,12 @@ impl S3Client {
     }
 
     /// PutObject from one buffer; returns the ETag if the server sent one.
-    pub async fn put_object(&self, bucket: &str, key: &str, body: Bytes) -> Result<Option<String>, ClientError> {
+    pub async fn put_object(
+        &self,
+        bucket: &str,
+        key: &str,
+        body: Bytes,
+    ) -> Result<Option<String>, ClientError> {
         self.put_object_with(bucket, key, body, &PutOptions::default())
             .await
     }
@@ -191,7 +196,12 @@ impl S3Client {
 
     /// GetObject, buffering the whole body (up to the client's limit).
     pub async fn get_object(&self, bucket: &str, key: &str) -> Result<GetOutput, ClientError> {
-        let req = self.request(Method::GET, &object_path(bucket, key), &[], ReqBody::empty())?;
+        let req = self.request(
+            Method::GET,
+            &object_path(bucket, key),
+            &[],
+            ReqBody::empty(),
+        )?;
         self.timed(async {
             let resp = self.send(req).await?;
             let status = resp.status().as_u16();
@@ -207,8 +217,17 @@ impl S3Client {
     }
 
     /// GetObject, discarding the body; returns the headers and byte count.
-    pub async fn get_object_count(&self, bucket: &str, key: &str) -> Result<(ObjectHeaders, u64), ClientError> {
-        let req = self.request(Method::GET, &object_path(bucket, key), &[], ReqBody::empty())?;
+    pub async fn get_object_count(
+        &self,
+        bucket: &str,
+        key: &str,
+    ) -> Result<(ObjectHeaders, u64), ClientError> {
+        let req = self.request(
+            Method::GET,
+            &object_path(bucket, key),
+            &[],
+            ReqBody::empty(),
+        )?;
         self.timed(async {
             let resp = self.send(req).await?;
             let head = ObjectHeaders {
@@ -223,7 +242,12 @@ impl S3Client {
 
     /// HeadObject.
     pub async fn head_object(&self, bucket: &str, key: &str) -> Result<ObjectHeaders, ClientError> {
-        let req = self.request(Method::HEAD, &object_path(bucket, key), &[], ReqBody::empty())?;
+        let req = self.request(
+            Method::HEAD,
+            &object_path(bucket, key),
+            &[],
+            ReqBody::empty(),
+        )?;
         self.timed(async {
             let resp = self.send(req).await?;
             Ok(ObjectHeaders {
@@ -236,13 +260,22 @@ impl S3Client {
 
     /// DeleteObject.
     pub async fn delete_object(&self, bucket: &str, key: &str) -> Result<(), ClientError> {
-        let req = self.request(Method::DELETE, &object_path(bucket, key), &[], ReqBody::empty())?;
+        let req = self.request(
+            Method::DELETE,
+            &object_path(bucket, key),
+            &[],
+            ReqBody::empty(),
+        )?;
         self.timed(async { drain(self.send(req).await?.into_body()).await.map(drop) })
             .await
     }
 
     /// One page of ListObjectsV2.
-    pub async fn list_objects_v2(&self, bucket: &str, list: &ListRequest<'_>) -> Result<ListPage, ClientError> {
+    pub async fn list_objects_v2(
+        &self,
+        bucket: &str,
+        list: &ListRequest<'_>,
+    ) -> Result<ListPage, ClientError> {
         let path = format!("/{}?{}", encode_path(bucket), list_query(list));
         let req = self.request(Method::GET, &path, &[], ReqBody::empty())?;
         self.timed(async {
@@ -255,7 +288,12 @@ impl S3Client {
     }
 
     /// PutObjectTagging, replacing the object's tag set.
-    pub async fn put_object_tagging(&self, bucket: &str, key: &str, tags: &[(String, String)]) -> Result<(), ClientError> {
+    pub async fn put_object_tagging(
+        &self,
+        bucket: &str,
+        key: &str,
+        tags: &[(String, String)],
+    ) -> Result<(), ClientError> {
         let body = Bytes::from(tagging_xml(tags));
         let md5 = base64::engine::general_purpose::STANDARD.encode(Md5::digest(&body));
         let headers = [
@@ -349,10 +387,12 @@ mod tests {
         };
         let headers = put_headers(&opts).expect("valid");
         assert_eq!(headers[1].0.as_str(), "x-amz-meta-gen");
-        assert!(put_headers(&PutOptions {
-            content_type: None,
-            metadata: vec![("bad name".into(), String::new())],
-        })
-        .is_err());
+        assert!(
+            put_headers(&PutOptions {
+                content_type: None,
+                metadata: vec![("bad name".into(), String::new())],
+            })
+            .is_err()
+        );
     }
 }

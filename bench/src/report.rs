@@ -101,7 +101,10 @@ pub fn summary_line(name: &str, s: &OpStats, elapsed: Duration) -> String {
 }
 
 /// The summary table for several operations, then errors by label.
-pub fn summary<'a>(rows: impl IntoIterator<Item = (&'a str, &'a OpStats)>, elapsed: Duration) -> String {
+pub fn summary<'a>(
+    rows: impl IntoIterator<Item = (&'a str, &'a OpStats)>,
+    elapsed: Duration,
+) -> String {
     let mut out = summary_header();
     let mut errors = String::new();
     for (name, s) in rows {

@@ -9,7 +9,9 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     let s = s.trim();
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
-    let n: u64 = num.parse().map_err(|_| format!("size {s:?}: no leading number"))?;
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("size {s:?}: no leading number"))?;
     let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1,
         "k" | "kib" => 1 << 10,
@@ -22,7 +24,8 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         "tb" => 1_000_000_000_000,
         other => return Err(format!("size {s:?}: unknown unit {other:?}")),
     };
-    n.checked_mul(mult).ok_or_else(|| format!("size {s:?} overflows"))
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("size {s:?} overflows"))
 }
 
 #[cfg(test)]

@@ -22,6 +22,7 @@ use rand::{Rng, SeedableRng};
 use crate::body::repeat_pattern;
 use crate::client::S3Client;
 use crate::content;
+use crate::cpu::CpuMeter;
 use crate::error::ClientError;
 use crate::fill::KeySpace;
 use crate::ops::{ListRequest, PutOptions};
@@ -70,9 +71,14 @@ pub fn parse_mix(s: &str) -> Result<Vec<(Op, u32)>, String> {
     let mix = s
         .split(',')
         .map(|part| {
-            let (name, weight) = part.trim().split_once(':').ok_or(format!("{part:?}: want op:weight"))?;
+            let (name, weight) = part
+                .trim()
+                .split_once(':')
+                .ok_or(format!("{part:?}: want op:weight"))?;
             let op = Op::parse(name).ok_or(format!("unknown op {name:?}"))?;
-            let weight = weight.parse().map_err(|_| format!("bad weight {weight:?}"))?;
+            let weight = weight
+                .parse()
+                .map_err(|_| format!("bad weight {weight:?}"))?;
             Ok((op, weight))
         })
         .collect::<Result<Vec<_>, String>>()?;
@@ -103,6 +109,8 @@ pub struct Workload {
     pub mix: Vec<(Op, u32)>,
     /// Seed for key and operation choice.
     pub seed: u64,
+    /// Server process whose CPU time to report, if known.
+    pub server_pid: Option<u32>,
 }
 
 /// What a timed run measured.
@@ -112,6 +120,8 @@ pub struct RunResult {
     pub ops: BTreeMap<Op, OpStats>,
     /// Length of the measured window.
     pub elapsed: Duration,
+    /// CPU used by the loader (and server) over the measured window.
+    pub cpu: String,
 }
 
 /// State shared by the workers of one run.
@@ -126,7 +136,11 @@ struct Shared {
 
 /// Runs `work` against `client` and returns the counters.
 pub async fn run(client: &S3Client, work: &Workload) -> RunResult {
-    let warmup = if work.max_ops.is_some() { Duration::ZERO } else { work.warmup };
+    let warmup = if work.max_ops.is_some() {
+        Duration::ZERO
+    } else {
+        work.warmup
+    };
     let measure_from = Instant::now() + warmup;
     let payload_len = usize::try_from(work.size.min(PATTERN_LEN as u64)).unwrap_or(PATTERN_LEN);
     let shared = Arc::new(Shared {
@@ -140,6 +154,8 @@ pub async fn run(client: &S3Client, work: &Workload) -> RunResult {
     let tasks: Vec<_> = (0..work.concurrency.max(1))
         .map(|w| tokio::spawn(worker(shared.clone(), w as u64)))
         .collect();
+    tokio::time::sleep_until(measure_from.into()).await;
+    let meter = CpuMeter::start(work.server_pid);
     let mut result = RunResult::default();
     for task in tasks {
         let Ok(ops) = task.await else { continue };
@@ -148,6 +164,7 @@ pub async fn run(client: &S3Client, work: &Workload) -> RunResult {
         }
     }
     result.elapsed = measure_from.elapsed();
+    result.cpu = meter.line(result.ops.values().map(OpStats::ok_count).sum());
     result
 }
 
@@ -177,7 +194,10 @@ async fn worker(sh: Arc<Shared>, id: u64) -> BTreeMap<Op, OpStats> {
             return stats;
         }
         let op = pick(&sh.work.mix, &mut rng);
-        let key = sh.work.keys.key(rng.random_range(0..sh.work.keys.count.max(1)));
+        let key = sh
+            .work
+            .keys
+            .key(rng.random_range(0..sh.work.keys.count.max(1)));
         let res = one_op(&sh, op, &key, id, &mut rng).await;
         if start < sh.measure_from {
             continue;
@@ -191,14 +211,24 @@ async fn worker(sh: Arc<Shared>, id: u64) -> BTreeMap<Op, OpStats> {
 }
 
 /// Sends one request; returns the payload bytes moved.
-async fn one_op(sh: &Shared, op: Op, key: &str, worker: u64, rng: &mut StdRng) -> Result<u64, ClientError> {
+async fn one_op(
+    sh: &Shared,
+    op: Op,
+    key: &str,
+    worker: u64,
+    rng: &mut StdRng,
+) -> Result<u64, ClientError> {
     let (c, bucket, size) = (&sh.client, sh.work.bucket.as_str(), sh.work.size);
     match op {
-        Op::Put => put_sized(c, bucket, key, size, &sh.payload).await.map(|_| size),
+        Op::Put => put_sized(c, bucket, key, size, &sh.payload)
+            .await
+            .map(|_| size),
         Op::Get => {
             let (_, n) = c.get_object_count(bucket, key).await?;
             if n != size {
-                return Err(ClientError::BadResponse(format!("GET {key}: {n} bytes, want {size}")));
+                return Err(ClientError::BadResponse(format!(
+                    "GET {key}: {n} bytes, want {size}"
+                )));
             }
             Ok(n)
         }

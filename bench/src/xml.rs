@@ -51,7 +51,10 @@ pub fn unescape(text: &str) -> Cow<'_, str> {
     while let Some(amp) = rest.find('&') {
         out.push_str(&rest[..amp]);
         rest = &rest[amp..];
-        match rest.find(';').and_then(|semi| Some((decode_entity(&rest[1..semi])?, semi))) {
+        match rest
+            .find(';')
+            .and_then(|semi| Some((decode_entity(&rest[1..semi])?, semi)))
+        {
             Some((ch, semi)) => {
                 out.push(ch);
                 rest = &rest[semi + 1..];
@@ -114,7 +117,11 @@ pub fn parse_list_v2(xml: &str) -> Result<ListPage, String> {
 
 /// `(Code, Message)` of an S3 `<Error>` body; empty strings if absent.
 pub fn parse_error(xml: &str) -> (String, String) {
-    let text = |tag| first_text(xml, tag).map(Cow::into_owned).unwrap_or_default();
+    let text = |tag| {
+        first_text(xml, tag)
+            .map(Cow::into_owned)
+            .unwrap_or_default()
+    };
     (text("Code"), text("Message"))
 }
 

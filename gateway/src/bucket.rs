@@ -31,6 +31,7 @@ pub async fn create_bucket(
     let ctx = ReqCtx::of(&req)?;
     let input = req.input;
     check_bucket_name(&input.bucket)?;
+    crate::acl::check_bucket_acl(input.acl.as_ref())?;
     let constraint = input
         .create_bucket_configuration
         .and_then(|c| c.location_constraint)
@@ -115,6 +116,7 @@ pub async fn list_buckets(
         .store()
         .list_buckets(&ctx.tenant)?
         .into_iter()
+        .filter(|b| ctx.scope.allows(&b.name))
         .filter(|b| b.name.starts_with(&prefix))
         .filter(|b| after.as_ref().is_none_or(|a| b.name > *a))
         .collect();

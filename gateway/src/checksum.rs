@@ -69,6 +69,33 @@ impl Algo {
         }
     }
 
+    /// The algorithm S3 calls `name` (CRC32, CRC32C, CRC64NVME, SHA1, SHA256).
+    pub fn from_name(name: &str) -> Option<Algo> {
+        Algo::ALL
+            .into_iter()
+            .find(|a| a.name().eq_ignore_ascii_case(name.trim()))
+    }
+
+    /// The crc-fast algorithm of a CRC (None for the SHAs).
+    pub fn crc(self) -> Option<CrcAlgorithm> {
+        match self {
+            Algo::Crc32 => Some(CrcAlgorithm::Crc32IsoHdlc),
+            Algo::Crc32c => Some(CrcAlgorithm::Crc32Iscsi),
+            Algo::Crc64Nvme => Some(CrcAlgorithm::Crc64Nvme),
+            Algo::Sha1 | Algo::Sha256 => None,
+        }
+    }
+
+    /// Bytes of its digest.
+    pub fn width(self) -> usize {
+        match self {
+            Algo::Crc32 | Algo::Crc32c => 4,
+            Algo::Crc64Nvme => 8,
+            Algo::Sha1 => 20,
+            Algo::Sha256 => 32,
+        }
+    }
+
     fn from_header(name: &str) -> Option<Algo> {
         Algo::ALL
             .into_iter()
@@ -111,12 +138,22 @@ impl Hasher {
     }
 }
 
+/// The base64 digest of `data` (as the x-amz-checksum-* headers carry it).
+pub fn digest_b64(algo: Algo, data: &[u8]) -> String {
+    let mut h = Hasher::new(algo);
+    h.update(data);
+    h.finish()
+}
+
 /// Where the expected value comes from.
 pub enum Expected {
     /// A request header.
     Header(String),
     /// The aws-chunked trailer (read once the body has ended).
     Trailer(TrailingHeaders),
+    /// Nothing to compare with: compute the checksum only (bytes the
+    /// gateway reads from its own store, e.g. UploadPartCopy).
+    Compute,
 }
 
 /// What the client asked to have verified.
@@ -196,12 +233,15 @@ impl Verified {
                         .map(str::to_string)
                 })
                 .flatten(),
+            Expected::Compute => None,
         }
     }
 
     fn finish(&mut self) -> Option<std::io::Error> {
         let got = self.hasher.finish();
-        if self.expected().is_some_and(|want| want.trim() == got) {
+        let accepted = matches!(self.req.expected, Expected::Compute)
+            || self.expected().is_some_and(|want| want.trim() == got);
+        if accepted {
             let _ = self.computed.0.set(laneway_store::Checksum {
                 algorithm: self.req.algo.name().to_string(),
                 value: got,
@@ -269,6 +309,9 @@ pub struct Fields {
     pub sha1: Option<String>,
     /// x-amz-checksum-sha256.
     pub sha256: Option<String>,
+    /// x-amz-checksum-type (COMPOSITE for a multipart object's composite
+    /// checksum, FULL_OBJECT otherwise).
+    pub checksum_type: Option<s3s::dto::ChecksumType>,
 }
 
 /// The checksum to return: only when the client asked
@@ -288,6 +331,7 @@ pub fn fields(stored: Option<&laneway_store::Checksum>, mode_enabled: bool, whol
         _ => return f,
     };
     *slot = Some(c.value.clone());
+    f.checksum_type = Some(crate::composite::type_of(c));
     f
 }
 

@@ -30,6 +30,9 @@ pub enum Command {
     /// over a local data directory. The first start creates the directory
     /// and prints ready-to-paste credentials.
     Serve(ServeArgs),
+    /// Manage tenants and access keys through the admin API of a running
+    /// `laneway serve`.
+    Admin(crate::admin::cli::AdminArgs),
 }
 
 /// Flags of `laneway serve`.
@@ -82,6 +85,25 @@ pub struct ServeArgs {
     /// Seconds to let in-flight requests finish after Ctrl-C / SIGTERM.
     #[arg(long, env = "LANEWAY_SHUTDOWN_GRACE", default_value_t = 30)]
     pub shutdown_grace: u64,
+
+    /// Hours after which an unfinished multipart upload is aborted by the
+    /// background task and its parts' space reclaimed (AWS lifecycle rules
+    /// usually say 7 days).
+    #[arg(long, env = "LANEWAY_UPLOAD_MAX_AGE_HOURS", default_value_t = 168)]
+    pub upload_max_age_hours: u64,
+
+    /// Address of the tenant admin API (JSON over HTTP; keep it private)
+    /// [default: 127.0.0.1:9001, or 127.0.0.1:0 when --listen asks for
+    /// port 0]. Port 0 picks a free port; the bound address is printed as
+    /// `laneway admin listening on http://ADDR`.
+    #[arg(long, env = "LANEWAY_ADMIN_LISTEN")]
+    pub admin_listen: Option<String>,
+
+    /// Bearer token of the admin API. Without it, a token is generated on
+    /// first start into <data-dir>/tenancy/admin.token (mode 0600) and
+    /// printed once.
+    #[arg(long, env = "LANEWAY_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
 }
 
 /// Validated settings of `laneway serve`.
@@ -103,6 +125,12 @@ pub struct ServeConfig {
     pub log: Option<String>,
     /// Grace period of a shutdown.
     pub shutdown_grace: Duration,
+    /// Age at which unfinished multipart uploads are aborted.
+    pub upload_max_age: Duration,
+    /// Admin API listen address.
+    pub admin_listen: String,
+    /// Admin API token given by the operator.
+    pub admin_token: Option<Secret>,
 }
 
 impl ServeArgs {
@@ -134,8 +162,27 @@ impl ServeArgs {
                     .ok_or_else(|| format!("--engine must be fjall or sled (got {e:?})"))
             })
             .transpose()?;
+        if self.upload_max_age_hours == 0 || self.upload_max_age_hours > 24 * 365 * 10 {
+            return Err(format!(
+                "--upload-max-age-hours must be from 1 to 87600 (got {})",
+                self.upload_max_age_hours
+            ));
+        }
         if self.listen.trim().is_empty() {
             return Err("--listen must be host:port".into());
+        }
+        let admin_listen = match self.admin_listen {
+            Some(a) if a.trim().is_empty() => return Err("--admin-listen must be host:port".into()),
+            Some(a) => a,
+            // Tests and scripts that ask for a free S3 port must not
+            // collide on a fixed admin port.
+            None if self.listen.ends_with(":0") => "127.0.0.1:0".to_string(),
+            None => "127.0.0.1:9001".to_string(),
+        };
+        if let Some(t) = &self.admin_token
+            && (t.len() < 16 || !t.bytes().all(|b| b.is_ascii_graphic()))
+        {
+            return Err("--admin-token must be at least 16 printable characters".into());
         }
         Ok(ServeConfig {
             data_dir: self.data_dir,
@@ -146,6 +193,9 @@ impl ServeArgs {
             engine,
             log: self.log,
             shutdown_grace: Duration::from_secs(self.shutdown_grace),
+            upload_max_age: Duration::from_secs(self.upload_max_age_hours * 3600),
+            admin_listen,
+            admin_token: self.admin_token.map(Secret::new),
         })
     }
 }
@@ -157,8 +207,10 @@ mod tests {
 
     fn parse(args: &[&str]) -> Result<ServeConfig, String> {
         let cli = Cli::try_parse_from(args).map_err(|e| e.to_string())?;
-        let Command::Serve(a) = cli.command;
-        a.validate()
+        match cli.command {
+            Command::Serve(a) => a.validate(),
+            Command::Admin(_) => Err("not serve".into()),
+        }
     }
 
     #[test]
@@ -178,10 +230,16 @@ mod tests {
         ])
         .expect("ok");
         assert_eq!(c.listen, "127.0.0.1:0");
+        assert_eq!(c.admin_listen, "127.0.0.1:0");
+        let d = parse(&["laneway", "serve"]).expect("ok");
+        assert_eq!(d.admin_listen, "127.0.0.1:9001");
         assert_eq!(c.partitions, Some(4));
         assert_eq!(c.engine, None);
         let c = parse(&["laneway", "serve", "--engine", "sled"]).expect("ok");
         assert_eq!(c.engine, Some(Engine::Sled));
+        assert_eq!(c.upload_max_age, Duration::from_secs(168 * 3600));
+        let c = parse(&["laneway", "serve", "--upload-max-age-hours", "2"]).expect("ok");
+        assert_eq!(c.upload_max_age, Duration::from_secs(2 * 3600));
         assert!(c.initial_key.is_none());
         let c = parse(&[
             "laneway",
@@ -200,6 +258,7 @@ mod tests {
         assert!(parse(&["laneway", "serve", "--partitions", "3"]).is_err());
         assert!(parse(&["laneway", "serve", "--region", "US East"]).is_err());
         assert!(parse(&["laneway", "serve", "--engine", "rocks"]).is_err());
+        assert!(parse(&["laneway", "serve", "--upload-max-age-hours", "0"]).is_err());
         assert!(parse(&["laneway", "serve", "--access-key", "AKIAX"]).is_err());
     }
 }

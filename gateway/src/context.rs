@@ -3,12 +3,14 @@
 //! A request's context is built in two steps: the HTTP layer (`serve.rs`)
 //! puts a [`RequestInfo`] (request id and tracing span) into the request
 //! extensions; the access check (`auth.rs`) resolves the signing key to its
-//! tenant and adds a [`Tenant`]. Handlers read both through [`ReqCtx::of`],
-//! the one place that knows where they live, so no handler touches
-//! credentials or globals.
+//! tenant and adds a [`Tenant`] and the key's [`KeyScope`] and tenant
+//! [`Limits`]. Handlers read them through [`ReqCtx::of`], the one place that
+//! knows where they live, so no handler touches credentials or globals.
 
 use crate::error::{GwError, GwResult};
+use crate::quota::Quotas;
 use laneway_store::{BucketInfo, Store, TenantId};
+use laneway_tenancy::Limits;
 use s3s::S3Request;
 use std::sync::Arc;
 
@@ -17,12 +19,22 @@ use std::sync::Arc;
 pub struct Gateway {
     store: Arc<Store>,
     region: String,
+    quotas: Arc<Quotas>,
 }
 
 impl Gateway {
     /// A gateway over `store` answering for `region`.
     pub fn new(store: Arc<Store>, region: String) -> Gateway {
-        Gateway { store, region }
+        Gateway {
+            store,
+            region,
+            quotas: Arc::new(Quotas::default()),
+        }
+    }
+
+    /// The in-flight quota reservations of this gateway.
+    pub fn quotas(&self) -> &Quotas {
+        &self.quotas
     }
 
     /// The store.
@@ -54,11 +66,29 @@ pub struct RequestInfo {
 #[derive(Clone, Debug)]
 pub struct Tenant(pub TenantId);
 
+/// The signing key's bucket scope (`None`: every bucket of the tenant),
+/// attached by the access check.
+#[derive(Clone, Debug, Default)]
+pub struct KeyScope(pub Option<Arc<[String]>>);
+
+impl KeyScope {
+    /// Whether the key may touch bucket `name`.
+    pub fn allows(&self, name: &str) -> bool {
+        self.0
+            .as_ref()
+            .is_none_or(|list| list.iter().any(|b| b == name))
+    }
+}
+
 /// What a handler knows about its request beyond the S3 input.
 #[derive(Clone, Debug)]
 pub struct ReqCtx {
     /// The tenant the signing key belongs to.
     pub tenant: TenantId,
+    /// The key's bucket scope (ListBuckets shows only these).
+    pub scope: KeyScope,
+    /// The tenant's quotas (as of the key cache's last refresh).
+    pub limits: Limits,
 }
 
 impl ReqCtx {
@@ -71,6 +101,12 @@ impl ReqCtx {
             .ok_or(GwError::AccessDenied)?;
         Ok(ReqCtx {
             tenant: tenant.0.clone(),
+            scope: req
+                .extensions
+                .get::<KeyScope>()
+                .cloned()
+                .unwrap_or_default(),
+            limits: req.extensions.get::<Limits>().cloned().unwrap_or_default(),
         })
     }
 }

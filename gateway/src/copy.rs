@@ -13,6 +13,10 @@
 //!   constant memory, and the store recomputes (hence keeps) the MD5 ETag.
 //!   Sources above 5 GiB are refused, as for a single PUT.
 //!
+//! If-None-Match: `*` / If-Match on the request are preconditions on the
+//! destination, checked atomically when it is committed (412), as for a
+//! PUT; `x-amz-acl` other than `private` is refused ([`crate::acl`]).
+//!
 //! Both buckets are looked up in the requesting tenant's namespace, so a
 //! tenant can never copy from another tenant's bucket.
 
@@ -22,10 +26,10 @@ use crate::error::{GwError, GwResult};
 use crate::get::check_version_id;
 use crate::meta::{MetaInput, etag, timestamp};
 use crate::names::check_key;
-use crate::put::MAX_PUT_BYTES;
+use crate::put::{MAX_PUT_BYTES, write_cond};
 use crate::tagging;
 use futures::StreamExt;
-use laneway_store::{BodyStream, ObjectInfo, PutOptions};
+use laneway_store::{BodyStream, ObjectInfo, PutOptions, WriteCond};
 use s3s::dto::*;
 use s3s::{S3Request, S3Response};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -42,7 +46,7 @@ fn replaces(directive: Option<&str>, header: &str) -> GwResult<bool> {
     }
 }
 
-fn source_of(cs: &CopySource) -> GwResult<(&str, &str)> {
+pub(crate) fn source_of(cs: &CopySource) -> GwResult<(&str, &str)> {
     match cs {
         CopySource::Bucket {
             bucket,
@@ -59,7 +63,7 @@ fn source_of(cs: &CopySource) -> GwResult<(&str, &str)> {
     }
 }
 
-fn check_source(conds: &Conditions<'_>, info: &ObjectInfo) -> GwResult<()> {
+pub(crate) fn check_source(conds: &Conditions<'_>, info: &ObjectInfo) -> GwResult<()> {
     match conds.evaluate_copy_source(&info.etag, info.mtime_ms) {
         Verdict::Proceed => Ok(()),
         Verdict::NotModified | Verdict::PreconditionFailed => Err(GwError::PreconditionFailed),
@@ -77,9 +81,42 @@ fn output(info: &ObjectInfo) -> S3Response<CopyObjectOutput> {
     })
 }
 
+/// The destination's If-None-Match / If-Match (s3s 0.14 has no fields for
+/// them on CopyObject): the same store precondition as a PUT's.
+fn dest_cond(headers: &http::HeaderMap) -> GwResult<WriteCond> {
+    let parse = |name: http::header::HeaderName| {
+        headers
+            .get(name)
+            .map(|v| {
+                ETagCondition::parse_http_header(v.as_bytes())
+                    .map_err(|_| GwError::InvalidArgument("Invalid conditional header".into()))
+            })
+            .transpose()
+    };
+    let if_match = parse(http::header::IF_MATCH)?;
+    let if_none_match = parse(http::header::IF_NONE_MATCH)?;
+    write_cond(if_match.as_ref(), if_none_match.as_ref())
+}
+
+/// A self-copy rewrites metadata in place: check the destination condition
+/// against the object it rewrites.
+fn check_self_cond(cond: &WriteCond, current: &ObjectInfo) -> GwResult<()> {
+    let holds = match cond {
+        WriteCond::None | WriteCond::IfExists => true,
+        WriteCond::IfAbsent => false,
+        WriteCond::IfEtag(e) => e.trim_matches('"') == current.etag,
+        WriteCond::IfMd5(md5) => hex::encode(md5) == current.etag,
+    };
+    if holds {
+        Ok(())
+    } else {
+        Err(GwError::PreconditionFailed)
+    }
+}
+
 /// A source stream that remembers whether reading it failed, so a failure
 /// on our side (corrupt source) is not reported as the client's.
-fn watched(stream: BodyStream) -> (BodyStream, Arc<AtomicBool>) {
+pub(crate) fn watched(stream: BodyStream) -> (BodyStream, Arc<AtomicBool>) {
     let failed = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&failed);
     let s = stream.map(move |chunk| {
@@ -97,8 +134,10 @@ pub async fn copy_object(
     req: S3Request<CopyObjectInput>,
 ) -> GwResult<S3Response<CopyObjectOutput>> {
     let ctx = ReqCtx::of(&req)?;
+    let dest_cond = dest_cond(&req.headers)?;
     let input = req.input;
     check_key(&input.key)?;
+    crate::acl::check_object_acl(input.acl.as_ref())?;
     let (src_bucket, src_key) = source_of(&input.copy_source)?;
     let dst = gw.bucket(&ctx, &input.bucket)?;
     let src = gw.bucket(&ctx, src_bucket)?;
@@ -153,6 +192,7 @@ pub async fn copy_object(
         };
         let current = gw.store().head_object(&src, src_key)?;
         check_source(&conds, &current)?;
+        check_self_cond(&dest_cond, &current)?;
         let info = gw
             .store()
             .replace_object_meta(&dst, &input.key, meta, new_tags)
@@ -176,9 +216,16 @@ pub async fn copy_object(
     };
     let meta = new_meta.unwrap_or_else(|| info.meta.clone());
     let (stream, source_failed) = watched(stream);
+    let write = crate::quota::Write {
+        bucket: &dst,
+        key: Some(&input.key),
+        bytes: info.size,
+        objects: 1,
+    };
+    let reserved = gw.quotas().reserve(gw.store(), &ctx, write)?;
     let stored = gw
         .store()
-        .put_object(&dst, &input.key, meta, opts, stream)
+        .put_object_if(&dst, &input.key, meta, opts, stream, dest_cond)
         .await
         .map_err(|e| {
             if source_failed.load(Ordering::Relaxed) {
@@ -187,6 +234,7 @@ pub async fn copy_object(
                 e.into()
             }
         })?;
+    drop(reserved);
     Ok(output(&stored))
 }
 

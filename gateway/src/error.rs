@@ -38,6 +38,8 @@ pub enum GwError {
     MalformedXml(String),
     /// The requested byte range cannot be served.
     InvalidRange,
+    /// GET/HEAD partNumber beyond the object's parts (416).
+    InvalidPartNumber,
     /// GET/HEAD conditional: not modified (304), with the object's ETag and
     /// Last-Modified header values.
     NotModified(HeaderMap),
@@ -65,10 +67,19 @@ pub enum GwError {
     IncompleteBody,
     /// The caller may not do this.
     AccessDenied,
+    /// The caller may not do this, and may be told why (suspended tenant,
+    /// read-only key, bucket outside the key's scope).
+    Denied(String),
+    /// The write would take the tenant past a quota (403 QuotaExceeded).
+    QuotaExceeded(String),
     /// The access key is unknown.
     InvalidAccessKeyId,
+    /// A presigned URL's query parameters are out of bounds (400).
+    AuthorizationQueryParameters(String),
     /// A feature this gateway does not provide.
     NotImplemented(&'static str),
+    /// An ACL other than `private` (ACLs are disabled, as on new AWS buckets).
+    AccessControlListNotSupported,
     /// Contention the client should back off from and retry (503).
     SlowDown(&'static str),
     /// A broken invariant inside the gateway (logged, 500).
@@ -174,6 +185,11 @@ impl From<GwError> for S3Error {
             ),
             GwError::MalformedXml(m) => msg(C::MalformedXML, m),
             GwError::InvalidRange => msg(C::InvalidRange, "The requested range is not satisfiable"),
+            GwError::InvalidPartNumber => custom(
+                "InvalidPartNumber",
+                StatusCode::RANGE_NOT_SATISFIABLE,
+                "The requested partnumber is not satisfiable",
+            ),
             GwError::NotModified(headers) => {
                 let mut e = S3Error::new(C::NotModified);
                 e.set_headers(headers);
@@ -217,6 +233,8 @@ impl From<GwError> for S3Error {
             ),
             GwError::IncompleteBody => from_store(StoreError::IncompleteBody),
             GwError::AccessDenied => msg(C::AccessDenied, "Access Denied"),
+            GwError::Denied(why) => msg(C::AccessDenied, format!("Access Denied: {why}")),
+            GwError::QuotaExceeded(why) => custom("QuotaExceeded", StatusCode::FORBIDDEN, why),
             GwError::InvalidAccessKeyId => msg(
                 C::InvalidAccessKeyId,
                 "The AWS Access Key Id you provided does not exist in our records.",
@@ -224,6 +242,16 @@ impl From<GwError> for S3Error {
             GwError::NotImplemented(what) => {
                 msg(C::NotImplemented, format!("{what} is not implemented"))
             }
+            GwError::AuthorizationQueryParameters(m) => custom(
+                "AuthorizationQueryParametersError",
+                StatusCode::BAD_REQUEST,
+                m,
+            ),
+            GwError::AccessControlListNotSupported => custom(
+                "AccessControlListNotSupported",
+                StatusCode::BAD_REQUEST,
+                "The bucket does not allow ACLs; only the canned ACL 'private' is accepted",
+            ),
             GwError::SlowDown(why) => with_status(
                 C::SlowDown,
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -318,6 +346,18 @@ mod tests {
         assert_eq!(
             code_and_status(GwError::MissingContentLength),
             ("MissingContentLength".into(), 411)
+        );
+        assert_eq!(
+            code_and_status(GwError::QuotaExceeded("quota_bytes".into())),
+            ("QuotaExceeded".into(), 403)
+        );
+        assert_eq!(
+            code_and_status(GwError::Denied("read-only key".into())),
+            ("AccessDenied".into(), 403)
+        );
+        assert_eq!(
+            code_and_status(GwError::AccessControlListNotSupported),
+            ("AccessControlListNotSupported".into(), 400)
         );
         assert_eq!(
             code_and_status(GwError::ContentSha256Mismatch),

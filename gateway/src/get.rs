@@ -8,6 +8,12 @@
 //! range fetched; if the object was replaced in between (ETag changed) the
 //! sequence is retried, so a response never mixes two versions.
 //!
+//! `partNumber` serves one part of a multipart object (the whole object
+//! is part 1 of a single-PUT object) with `Content-Range` and
+//! `x-amz-mp-parts-count`, read the same consistent way; it cannot be
+//! combined with a Range (`InvalidRequest`), and a part the object does not
+//! have is `416 InvalidPartNumber`.
+//!
 //! `response-content-type` and the other `response-*` overrides are applied
 //! by s3s on top of the headers set here.
 
@@ -74,6 +80,67 @@ fn read_range(
     ))
 }
 
+/// What a GET/HEAD serves: the whole object, a Range, or a part.
+enum Selector<'a> {
+    Whole,
+    Range(&'a Range),
+    Part(u32),
+}
+
+fn selector<'a>(range: Option<&'a Range>, part: Option<i32>) -> GwResult<Selector<'a>> {
+    match (range, part) {
+        (Some(_), Some(_)) => Err(GwError::InvalidRequest(
+            "Cannot specify both Range header and partNumber query parameter".into(),
+        )),
+        (Some(r), None) => Ok(Selector::Range(r)),
+        (None, Some(n)) => Ok(Selector::Part(crate::multipart::part_number(n)?)),
+        (None, None) => Ok(Selector::Whole),
+    }
+}
+
+/// The range of part `n` of `key`, and the object's part count.
+fn part_range(
+    gw: &Gateway,
+    bucket: &BucketInfo,
+    key: &str,
+    n: u32,
+) -> GwResult<(Option<GetRange>, u32)> {
+    match gw.store().object_part_range(bucket, key, n) {
+        // An empty object's one part is empty: serve it whole.
+        Ok((r, count)) => Ok(((r.start < r.end).then_some(r), count)),
+        Err(laneway_store::StoreError::InvalidArgument(_)) => Err(GwError::InvalidPartNumber),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Read part `n` of `key` consistently (as [`read_range`]).
+fn read_part(
+    gw: &Gateway,
+    bucket: &BucketInfo,
+    key: &str,
+    conds: &Conditions<'_>,
+    n: u32,
+) -> GwResult<(ObjectInfo, Option<GetRange>, u32, BodyStream)> {
+    for _ in 0..RANGE_ATTEMPTS {
+        let info = gw.store().head_object(bucket, key)?;
+        enforce(conds.evaluate(&info.etag, info.mtime_ms), &info)?;
+        let (r, count) = part_range(gw, bucket, key, n)?;
+        match gw.store().get_object(bucket, key, r) {
+            Ok((got, stream)) if got.etag == info.etag => return Ok((got, r, count, stream)),
+            Ok(_) | Err(laneway_store::StoreError::InvalidArgument(_)) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(GwError::SlowDown(
+        "the object kept changing while a part was read",
+    ))
+}
+
+/// The part count header: only multipart objects have one.
+fn parts_count(info: &ObjectInfo, asked: bool) -> Option<i32> {
+    (asked && info.parts > 0).then(|| i32::try_from(info.parts).unwrap_or(i32::MAX))
+}
+
 /// GetObject.
 pub async fn get_object(
     gw: &Gateway,
@@ -90,12 +157,18 @@ pub async fn get_object(
         if_modified_since: input.if_modified_since.as_ref(),
         if_unmodified_since: input.if_unmodified_since.as_ref(),
     };
-    let (info, served, stream) = match &input.range {
-        Some(range) => {
+    let sel = selector(input.range.as_ref(), input.part_number)?;
+    let by_part = matches!(sel, Selector::Part(_));
+    let (info, served, stream) = match sel {
+        Selector::Range(range) => {
             let (info, r, stream) = read_range(gw, &bucket, &input.key, &conds, range)?;
             (info, Some(r), stream)
         }
-        None => {
+        Selector::Part(n) => {
+            let (info, r, _, stream) = read_part(gw, &bucket, &input.key, &conds, n)?;
+            (info, r, stream)
+        }
+        Selector::Whole => {
             let (info, stream) = gw.store().get_object(&bucket, &input.key, None)?;
             enforce(conds.evaluate(&info.etag, info.mtime_ms), &info)?;
             (info, None, stream)
@@ -114,6 +187,8 @@ pub async fn get_object(
         checksum_crc64nvme: sums.crc64nvme,
         checksum_sha1: sums.sha1,
         checksum_sha256: sums.sha256,
+        checksum_type: sums.checksum_type,
+        parts_count: parts_count(&info, by_part),
         body: Some(body::download(stream)),
         content_length: Some(size_i64(length)?),
         content_range: served.map(|r| range::content_range(r, info.size)),
@@ -148,13 +223,15 @@ pub async fn head_object(
         if_modified_since: input.if_modified_since.as_ref(),
         if_unmodified_since: input.if_unmodified_since.as_ref(),
     };
+    let sel = selector(input.range.as_ref(), input.part_number)?;
+    let by_part = matches!(sel, Selector::Part(_));
     let info = gw.store().head_object(&bucket, &input.key)?;
     enforce(conds.evaluate(&info.etag, info.mtime_ms), &info)?;
-    let served = input
-        .range
-        .as_ref()
-        .map(|r| range::resolve(r, info.size))
-        .transpose()?;
+    let served = match sel {
+        Selector::Whole => None,
+        Selector::Range(r) => Some(range::resolve(r, info.size)?),
+        Selector::Part(n) => part_range(gw, &bucket, &input.key, n)?.0,
+    };
     let length = served.map_or(info.size, |r| r.end - r.start);
     let m = MetaOutput::from_meta(&info.meta);
     let sums = checksum::fields(
@@ -168,6 +245,8 @@ pub async fn head_object(
         checksum_crc64nvme: sums.crc64nvme,
         checksum_sha1: sums.sha1,
         checksum_sha256: sums.sha256,
+        checksum_type: sums.checksum_type,
+        parts_count: parts_count(&info, by_part),
         content_length: Some(size_i64(length)?),
         content_range: served.map(|r| range::content_range(r, info.size)),
         accept_ranges: Some("bytes".into()),

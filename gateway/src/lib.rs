@@ -12,18 +12,26 @@
 //! - [`list`]: ListObjectsV2, ListObjects, ListObjectVersions ([`token`]
 //!   holds the continuation-token format)
 //! - [`tagging`]: object and bucket tagging
+//! - [`multipart`], [`part_copy`], [`uploads`]: multipart uploads
+//!   ([`composite`] derives their flexible checksums)
+//! - [`acl`]: ACL reads and the `private`-only ACL writes
 //!
 //! Shared pieces: [`error`] (the one StoreError/GwError -> S3 code
 //! mapping), [`names`] (bucket/key rules), [`meta`] (metadata headers),
 //! [`conditional`] and [`range`] (GET/HEAD/copy preconditions and ranges),
 //! [`body`] (streaming adapters), [`checksum`] (x-amz-checksum-* of
-//! uploads). [`serve`] and [`config`] are the
-//! `laneway serve` process around it all.
+//! uploads), [`opclass`] (what each operation reads/writes, for the
+//! access check), [`quota`] (tenant quotas on the write path). [`serve`]
+//! and [`config`] are the `laneway serve` process around it all; [`admin`]
+//! is the tenant provisioning API and its CLI client.
 
+pub mod acl;
+pub mod admin;
 pub mod auth;
 pub mod body;
 pub mod bucket;
 pub mod checksum;
+pub mod composite;
 pub mod conditional;
 pub mod config;
 pub mod context;
@@ -33,12 +41,18 @@ pub mod error;
 pub mod get;
 pub mod list;
 pub mod meta;
+pub mod multipart;
 pub mod names;
+pub mod opclass;
+pub mod part_copy;
+pub mod presign;
 pub mod put;
+pub mod quota;
 pub mod range;
 pub mod s3;
 pub mod serve;
 pub mod tagging;
 pub mod token;
+pub mod uploads;
 
 pub use context::Gateway;

@@ -22,7 +22,8 @@ use s3s::{S3Request, S3Response};
 /// Largest page, and the default.
 pub const MAX_KEYS: usize = 1000;
 
-const URL_ENCODE: &AsciiSet = &NON_ALPHANUMERIC
+/// Characters escaped by `encoding-type=url` (and in Location URLs).
+pub const URL_ENCODE: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'-')
     .remove(b'_')
     .remove(b'.')

@@ -1,6 +1,8 @@
 //! The `laneway` binary: parse the command line, set up logging (stderr),
-//! run the chosen role. Exit status: 0 after a clean shutdown, 2 for bad
-//! flags, 1 when the server cannot start.
+//! run the chosen role (`serve`, or `admin`, the client of the tenant
+//! admin API). Exit status: 0 after a clean shutdown (or a successful
+//! admin call), 2 for bad flags, 1 when the server cannot start (or the
+//! admin call failed).
 
 use clap::Parser;
 use laneway_gateway::config::{Cli, Command};
@@ -32,6 +34,7 @@ fn init_tracing(filter: Option<&str>) {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Admin(args) => laneway_gateway::admin::cli::run(args),
         Command::Serve(args) => {
             let cfg = match args.validate() {
                 Ok(cfg) => cfg,

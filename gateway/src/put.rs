@@ -51,7 +51,7 @@ pub fn declared_length(len: Option<i64>) -> GwResult<u64> {
 
 /// `x-amz-decoded-content-length`: the length of an aws-chunked body sent
 /// without a Content-Length (s3s rewrites Content-Length when one was sent).
-fn decoded_content_length(headers: &http::HeaderMap) -> Option<i64> {
+pub fn decoded_content_length(headers: &http::HeaderMap) -> Option<i64> {
     headers
         .get("x-amz-decoded-content-length")
         .and_then(|v| v.to_str().ok())
@@ -86,6 +86,7 @@ pub async fn put_object(
     let wanted = checksum::requested(&req.headers, req.trailing_headers.as_ref())?;
     let input = req.input;
     check_key(&input.key)?;
+    crate::acl::check_object_acl(input.acl.as_ref())?;
     let bucket = gw.bucket(&ctx, &input.bucket)?;
     let length = declared_length(input.content_length.or(decoded))?;
     let content_md5 = input
@@ -121,11 +122,19 @@ pub async fn put_object(
         tags,
         checksum: computed.as_ref().map(checksum::Computed::slot),
     };
+    let write = crate::quota::Write {
+        bucket: &bucket,
+        key: Some(&input.key),
+        bytes: length,
+        objects: 1,
+    };
+    let reserved = gw.quotas().reserve(gw.store(), &ctx, write)?;
     let info = gw
         .store()
         .put_object_if(&bucket, &input.key, meta, opts, stream, cond)
         .await
         .map_err(|e| faults.explain(e))?;
+    drop(reserved);
     tracing::debug!(bucket = %bucket.name, key = %input.key, size = info.size, "object stored");
     let mut out = PutObjectOutput {
         e_tag: Some(etag(&info)),

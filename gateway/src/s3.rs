@@ -4,7 +4,7 @@
 //! not listed answer `NotImplemented` (s3s's default).
 
 use crate::context::Gateway;
-use crate::{bucket, copy, delete, get, list, put, tagging};
+use crate::{acl, bucket, copy, delete, get, list, multipart, part_copy, put, tagging, uploads};
 use s3s::dto::*;
 use s3s::{S3, S3Request, S3Response, S3Result};
 
@@ -46,4 +46,17 @@ ops! {
     put_bucket_tagging: tagging, PutBucketTaggingInput => PutBucketTaggingOutput;
     get_bucket_tagging: tagging, GetBucketTaggingInput => GetBucketTaggingOutput;
     delete_bucket_tagging: tagging, DeleteBucketTaggingInput => DeleteBucketTaggingOutput;
+
+    create_multipart_upload: multipart, CreateMultipartUploadInput => CreateMultipartUploadOutput;
+    upload_part: multipart, UploadPartInput => UploadPartOutput;
+    upload_part_copy: part_copy, UploadPartCopyInput => UploadPartCopyOutput;
+    complete_multipart_upload: multipart, CompleteMultipartUploadInput => CompleteMultipartUploadOutput;
+    abort_multipart_upload: multipart, AbortMultipartUploadInput => AbortMultipartUploadOutput;
+    list_parts: uploads, ListPartsInput => ListPartsOutput;
+    list_multipart_uploads: uploads, ListMultipartUploadsInput => ListMultipartUploadsOutput;
+
+    get_bucket_acl: acl, GetBucketAclInput => GetBucketAclOutput;
+    get_object_acl: acl, GetObjectAclInput => GetObjectAclOutput;
+    put_bucket_acl: acl, PutBucketAclInput => PutBucketAclOutput;
+    put_object_acl: acl, PutObjectAclInput => PutObjectAclOutput;
 }

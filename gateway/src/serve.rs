@@ -1,4 +1,5 @@
-//! `laneway serve`: open the store and the credential store, bind, print
+//! `laneway serve`: open the store and the tenant registry (and its admin
+//! API, [`crate::admin`]), bind, print
 //! the banner, serve S3 over HTTP/1.1 and HTTP/2 until Ctrl-C or SIGTERM.
 //!
 //! Startup output goes to stdout and is meant for people and scripts: on
@@ -17,7 +18,8 @@
 //! period (a second signal cuts it short), then `Store::shutdown`, which
 //! drains the commit threads and syncs everything.
 
-use crate::auth::{KeyAuth, TenantAccess};
+use crate::admin::boot::{self, Tenancy};
+use crate::auth::{KeyAuth, KeyCache, TenantAccess};
 use crate::config::ServeConfig;
 use crate::context::{Gateway, RequestInfo};
 use crate::names::BucketNames;
@@ -26,7 +28,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use laneway_store::{Store, StoreConfig, StoreError};
-use laneway_tenancy::{Bootstrap, CredentialStore, InitialKey, TenancyError};
+use laneway_tenancy::{Bootstrap, TenancyError};
 use s3s::service::{S3Service, S3ServiceBuilder};
 use s3s::{HttpError, HttpResponse};
 use std::io::Write;
@@ -67,6 +69,12 @@ pub enum ServeError {
     Task(#[from] tokio::task::JoinError),
 }
 
+/// How often the background task sweeps stale uploads and compacts.
+const COMPACT_EVERY: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// Share of dead bytes at which a sealed segment is rewritten.
+const COMPACT_MIN_GARBAGE: f64 = 0.5;
+
 /// Request ids: a per-process prefix and a counter, as 16 hex digits.
 struct RequestIds {
     boot: u64,
@@ -106,6 +114,8 @@ pub async fn run(cfg: ServeConfig) -> Result<(), ServeError> {
     let listener = TcpListener::bind(&cfg.listen).await.map_err(bind_err)?;
     let addr = listener.local_addr().map_err(bind_err)?;
     let store = open_store(&cfg).await?;
+    // Abort stale uploads and reclaim volume space in the background.
+    store.start_compactor(COMPACT_EVERY, COMPACT_MIN_GARBAGE, cfg.upload_max_age);
 
     let served = serve_store(&cfg, listener, addr, Arc::clone(&store)).await;
 
@@ -123,15 +133,10 @@ async fn serve_store(
     addr: SocketAddr,
     store: Arc<Store>,
 ) -> Result<(), ServeError> {
-    let initial = cfg
-        .initial_key
-        .clone()
-        .map(|(access_key, secret)| InitialKey { access_key, secret });
-    let (creds, boot) = CredentialStore::open(&cfg.data_dir, initial)?;
-    let creds = Arc::new(creds);
-    print_banner(cfg, &boot, &creds, addr);
+    let tenancy = boot::start(cfg, Arc::clone(&store)).await?;
+    print_banner(cfg, &tenancy, addr);
     tracing::info!(%addr, data_dir = %cfg.data_dir.display(), region = %cfg.region, "laneway serving");
-    let service = build_service(store, &cfg.region, &creds);
+    let service = build_service(store, &cfg.region, &tenancy.keys);
     accept_until_signal(listener, service, cfg).await;
     Ok(())
 }
@@ -146,41 +151,58 @@ async fn open_store(cfg: &ServeConfig) -> Result<Arc<Store>, ServeError> {
     Ok(tokio::task::spawn_blocking(move || Store::open(&dir, scfg)).await??)
 }
 
-fn build_service(store: Arc<Store>, region: &str, creds: &Arc<CredentialStore>) -> S3Service {
+fn build_service(store: Arc<Store>, region: &str, keys: &Arc<KeyCache>) -> S3Service {
     let mut builder = S3ServiceBuilder::new(Gateway::new(store, region.to_string()));
-    builder.set_auth(KeyAuth::new(Arc::clone(creds)));
-    builder.set_access(TenantAccess::new(Arc::clone(creds)));
+    builder.set_auth(KeyAuth::new(Arc::clone(keys)));
+    builder.set_access(TenantAccess::new(Arc::clone(keys)));
     builder.set_validation(BucketNames);
     builder.build()
 }
 
 /// The first-start paste block, or the later-start reminder, then the
 /// machine-readable listening line; flushed so a parent process sees it.
-fn print_banner(cfg: &ServeConfig, boot: &Bootstrap, creds: &CredentialStore, addr: SocketAddr) {
+fn print_banner(cfg: &ServeConfig, tenancy: &Tenancy, addr: SocketAddr) {
     let endpoint = format!("http://{}", paste_addr(addr));
+    let admin = format!("http://{}", paste_addr(tenancy.admin_addr));
+    let registry = tenancy.keys.registry().path().display();
     let mut text = String::new();
-    match boot {
-        Bootstrap::Created { access_key, secret } => {
+    match &tenancy.boot {
+        Bootstrap::Created { tenant, key } => {
+            let (access_key, secret) = (&key.info.access_key, &key.secret);
             text.push_str(&format!(
-                "laneway: new credentials saved to {} (mode 0600). Paste into your shell:\n\n\
+                "laneway: new tenant {} ({}) with credentials saved (encrypted) to {} \
+                 (mode 0600). Paste into your shell:\n\n\
                  export AWS_ACCESS_KEY_ID={access_key}\n\
                  export AWS_SECRET_ACCESS_KEY={}\n\
                  export AWS_DEFAULT_REGION={}\n\
                  export AWS_ENDPOINT_URL={endpoint}\n\n\
                  then try:\n\n\
                  aws --endpoint-url {endpoint} s3 ls\n\n",
-                creds.path().display(),
+                tenant.name,
+                tenant.id,
+                registry,
                 secret.expose(),
                 cfg.region,
             ));
         }
         Bootstrap::Existing { access_key } => {
+            let key = access_key.as_deref().unwrap_or("(none)");
             text.push_str(&format!(
-                "laneway: access key id {access_key} (secret in {})\n",
-                creds.path().display()
+                "laneway: default tenant's access key id {key} (secret shown at first start; \
+                 `laneway admin key create default` makes another)\n"
             ));
         }
     }
+    if let Some((token, path)) = &tenancy.new_token {
+        text.push_str(&format!(
+            "laneway: new admin token saved to {} (mode 0600):\n\n\
+             export LANEWAY_ADMIN_ENDPOINT={admin}\n\
+             export LANEWAY_ADMIN_TOKEN={}\n\n",
+            path.display(),
+            token.expose()
+        ));
+    }
+    text.push_str(&format!("laneway admin listening on {admin}\n"));
     text.push_str(&format!("laneway listening on http://{addr}\n"));
     let mut out = std::io::stdout().lock();
     if out

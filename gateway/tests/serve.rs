@@ -167,8 +167,8 @@ async fn first_start_serves_s3_and_restarts_cleanly() {
     assert!(access.starts_with("LW") && access.len() == 20, "{access}");
     assert_eq!(secret.len(), 40);
     assert_eq!(server.export("AWS_ENDPOINT_URL"), server.endpoint);
-    let mode = std::fs::metadata(dir.path().join("tenancy/keys.json"))
-        .expect("keys.json")
+    let mode = std::fs::metadata(dir.path().join("tenancy/tenants.json"))
+        .expect("tenants.json")
         .permissions()
         .mode();
     assert_eq!(mode & 0o777, 0o600);

@@ -23,10 +23,13 @@ use crate::error::{StoreError, StoreResult};
 use crate::ids::BucketId;
 use crate::list::prefix_successor;
 use crate::record::{
-    DataLoc, FORMAT_V1, ObjectMeta, PART_TAG, PartLoc, StoredObject, Tag, UPLOAD_TAG, object_key,
+    Checksum, DataLoc, FORMAT_V1, ObjectMeta, PART_TAG, PartLoc, StoredObject, Tag, UPLOAD_TAG,
 };
-use md5::{Digest, Md5};
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
+
+mod complete;
+
+pub use complete::{Combiner, ListedPart};
 
 /// Most parts an upload may have.
 pub const MAX_PARTS: u32 = 10_000;
@@ -40,6 +43,17 @@ pub struct UploadRecord {
     pub meta: ObjectMeta,
     /// Tags the object will get.
     pub tags: Vec<Tag>,
+    /// The checksum the client asked for at creation, if any.
+    pub checksum: Option<UploadChecksum>,
+}
+
+/// The flexible checksum an upload was created with.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UploadChecksum {
+    /// Algorithm name as S3 spells it (CRC32, CRC32C, CRC64NVME, SHA1, SHA256).
+    pub algorithm: String,
+    /// FULL_OBJECT (true) or COMPOSITE (false).
+    pub full_object: bool,
 }
 
 /// One uploaded part.
@@ -53,6 +67,8 @@ pub struct PartRecord {
     pub mtime_ms: i64,
     /// Where it is.
     pub loc: PartLoc,
+    /// The flexible checksum the part was verified against, if one was sent.
+    pub checksum: Option<Checksum>,
 }
 
 /// A part as listed to clients.
@@ -66,6 +82,8 @@ pub struct PartInfo {
     pub etag: String,
     /// Upload time, ms.
     pub mtime_ms: i64,
+    /// Its verified flexible checksum, if any.
+    pub checksum: Option<Checksum>,
 }
 
 /// An upload as listed to clients.
@@ -77,6 +95,8 @@ pub struct UploadInfo {
     pub upload_id: String,
     /// Creation time, ms.
     pub created_ms: i64,
+    /// The checksum asked for at creation.
+    pub checksum: Option<UploadChecksum>,
 }
 
 /// A multipart mutation, applied by the commit thread.
@@ -114,14 +134,16 @@ pub enum MpOp {
         key: String,
         /// Upload id.
         upload: [u8; 16],
-        /// The client's list: (part number, MD5 of that part).
-        parts: Vec<(u32, [u8; 16])>,
+        /// The client's list.
+        parts: Vec<ListedPart>,
         /// Smallest size allowed for a part that is not the last.
         min_part_size: u64,
         /// Precondition on the existing object.
         cond: WriteCond,
         /// Completion time.
         mtime_ms: i64,
+        /// Computes the object's checksum from its parts'.
+        combine: Option<Combiner>,
     },
     /// Drop the upload and its parts.
     Abort {
@@ -244,7 +266,10 @@ pub fn new_upload_id() -> [u8; 16] {
     out
 }
 
-fn part_rows(round: &Round<'_>, upload: &[u8; 16]) -> StoreResult<Vec<(u32, PartRecord)>> {
+pub(crate) fn part_rows(
+    round: &Round<'_>,
+    upload: &[u8; 16],
+) -> StoreResult<Vec<(u32, PartRecord)>> {
     let (start, end) = parts_range(upload);
     let mut out = Vec::new();
     for (k, v) in round.scan_all(&start, &end)? {
@@ -258,7 +283,7 @@ fn part_rows(round: &Round<'_>, upload: &[u8; 16]) -> StoreResult<Vec<(u32, Part
     Ok(out)
 }
 
-fn require_upload(
+pub(crate) fn require_upload(
     round: &Round<'_>,
     bucket: BucketId,
     key: &str,
@@ -270,7 +295,7 @@ fn require_upload(
     decode(&raw)
 }
 
-fn part_loc_data(loc: &PartLoc) -> DataLoc {
+pub(crate) fn part_loc_data(loc: &PartLoc) -> DataLoc {
     DataLoc::Parts(vec![loc.clone()])
 }
 
@@ -309,17 +334,19 @@ pub(crate) fn apply(round: &mut Round<'_>, op: MpOp) -> StoreResult<Outcome> {
             min_part_size,
             cond,
             mtime_ms,
+            combine,
         } => {
-            return complete(
-                round,
+            let c = complete::Completion {
                 bucket,
-                &key,
+                key: &key,
                 upload,
-                &parts,
+                parts: &parts,
                 min_part_size,
-                &cond,
+                cond: &cond,
                 mtime_ms,
-            );
+                combine: combine.as_ref(),
+            };
+            return complete::complete(round, c);
         }
         MpOp::Abort {
             bucket,
@@ -335,78 +362,6 @@ pub(crate) fn apply(round: &mut Round<'_>, op: MpOp) -> StoreResult<Outcome> {
         }
     }
     Ok(Outcome::Multipart(MpOutcome::Done))
-}
-
-/// Check the client's part list against the stored parts.
-fn validate(
-    stored: &std::collections::BTreeMap<u32, PartRecord>,
-    parts: &[(u32, [u8; 16])],
-    min_part_size: u64,
-) -> StoreResult<()> {
-    if parts.is_empty() {
-        return Err(StoreError::InvalidPart);
-    }
-    if parts.windows(2).any(|w| w[0].0 >= w[1].0) {
-        return Err(StoreError::InvalidPartOrder);
-    }
-    for (i, (n, md5)) in parts.iter().enumerate() {
-        let rec = stored
-            .get(n)
-            .filter(|r| &r.md5 == md5)
-            .ok_or(StoreError::InvalidPart)?;
-        if i + 1 < parts.len() && rec.size < min_part_size {
-            return Err(StoreError::EntityTooSmall);
-        }
-    }
-    Ok(())
-}
-
-#[allow(clippy::too_many_arguments)]
-fn complete(
-    round: &mut Round<'_>,
-    bucket: BucketId,
-    key: &str,
-    upload: [u8; 16],
-    parts: &[(u32, [u8; 16])],
-    min_part_size: u64,
-    cond: &WriteCond,
-    mtime_ms: i64,
-) -> StoreResult<Outcome> {
-    let up = require_upload(round, bucket, key, &upload)?;
-    let stored: std::collections::BTreeMap<u32, PartRecord> =
-        part_rows(round, &upload)?.into_iter().collect();
-    validate(&stored, parts, min_part_size)?;
-    let okey = object_key(bucket, key.as_bytes());
-    let old = round.current(&okey)?;
-    crate::commit::check_cond(cond, old.as_ref())?;
-    let mut md5s = Md5::new();
-    let mut locs = Vec::with_capacity(parts.len());
-    for (n, _) in parts {
-        // validate() checked that every listed part is stored.
-        let rec = stored.get(n).ok_or(StoreError::InvalidPart)?;
-        md5s.update(rec.md5);
-        locs.push(rec.loc.clone());
-    }
-    let object = StoredObject {
-        size: locs.iter().map(|l| l.size).sum(),
-        md5: md5s.finalize().into(),
-        mtime_ms,
-        parts: u32::try_from(parts.len()).unwrap_or(u32::MAX),
-        meta: up.meta,
-        tags: up.tags,
-        checksum: None,
-        data: DataLoc::Parts(locs),
-    };
-    // Every stored part stops counting as a pending part; account() then
-    // counts the ones the object keeps.
-    for (n, rec) in &stored {
-        round.segment_delta(&part_loc_data(&rec.loc), -1);
-        round.set(part_key(&upload, *n), None);
-    }
-    round.account(bucket, old.as_ref(), Some(&object));
-    round.set(upload_key(bucket, key, &upload), None);
-    round.set(okey, Some(object.encode()));
-    Ok(Outcome::Multipart(MpOutcome::Completed(object)))
 }
 
 /// Re-point a pending part at a moved copy (compaction).

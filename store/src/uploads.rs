@@ -4,45 +4,15 @@
 use crate::commit::{Outcome, WriteCond};
 use crate::error::{StoreError, StoreResult};
 use crate::multipart::{
-    self, MAX_PARTS, MpOp, MpOutcome, PartInfo, PartRecord, UploadInfo, UploadRecord,
+    self, Combiner, ListedPart, MAX_PARTS, MpOp, MpOutcome, PartInfo, PartRecord, UploadChecksum,
+    UploadRecord,
 };
-use crate::partition::{Partition, now_ms};
+use crate::partition::now_ms;
 use crate::record::{DataLoc, ObjectInfo, ObjectMeta, PartLoc, Tag, etag};
 use crate::store::{BodyStream, BucketInfo, GetRange, PutOptions, Store};
-use std::sync::Arc;
+mod listing;
 
-/// One entry of a ListMultipartUploads page.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum UploadEntry {
-    /// An upload.
-    Upload(UploadInfo),
-    /// Keys rolled up at the delimiter.
-    Prefix(String),
-}
-
-/// A ListMultipartUploads request.
-#[derive(Clone, Debug, Default)]
-pub struct UploadQuery {
-    /// Only keys with this prefix.
-    pub prefix: String,
-    /// Roll keys up at this delimiter.
-    pub delimiter: Option<String>,
-    /// Resume after this key (with `upload_id_marker`: after that upload of it).
-    pub key_marker: Option<String>,
-    /// Resume after this upload of `key_marker`.
-    pub upload_id_marker: Option<String>,
-    /// Entries per page (1..=1000).
-    pub max_uploads: usize,
-}
-
-/// A ListMultipartUploads page.
-#[derive(Clone, Debug, Default)]
-pub struct UploadPage {
-    /// Entries in (key, upload id) order.
-    pub entries: Vec<UploadEntry>,
-    /// More follow.
-    pub truncated: bool,
-}
+pub use listing::{UploadEntry, UploadPage, UploadQuery};
 
 fn expect_mp(o: Outcome) -> StoreResult<MpOutcome> {
     match o {
@@ -53,7 +23,9 @@ fn expect_mp(o: Outcome) -> StoreResult<MpOutcome> {
     }
 }
 
-fn parse_etag(s: &str) -> StoreResult<[u8; 16]> {
+/// The MD5 an ETag (quoted or not) stands for; InvalidPart when it cannot
+/// be one of a part's.
+pub fn part_md5(s: &str) -> StoreResult<[u8; 16]> {
     let raw = hex::decode(s.trim_matches('"')).map_err(|_| StoreError::InvalidPart)?;
     raw.try_into().map_err(|_| StoreError::InvalidPart)
 }
@@ -67,11 +39,25 @@ impl Store {
         meta: ObjectMeta,
         tags: Vec<Tag>,
     ) -> StoreResult<String> {
+        self.create_multipart_upload_with(bucket, key, meta, tags, None)
+            .await
+    }
+
+    /// Start a multipart upload that asked for a flexible checksum.
+    pub async fn create_multipart_upload_with(
+        &self,
+        bucket: &BucketInfo,
+        key: &str,
+        meta: ObjectMeta,
+        tags: Vec<Tag>,
+        checksum: Option<UploadChecksum>,
+    ) -> StoreResult<String> {
         let upload = multipart::new_upload_id();
         let record = UploadRecord {
             created_ms: now_ms(),
             meta,
             tags,
+            checksum,
         };
         let op = MpOp::Create {
             bucket: bucket.id,
@@ -129,17 +115,21 @@ impl Store {
             header_key_len: header_key.len() as u64,
             size: got.size,
         };
+        // The body has ended, so a verified checksum is in its slot.
+        let checksum = opts.checksum.as_ref().and_then(|c| c.get().cloned());
         let record = PartRecord {
             size: got.size,
             md5: got.md5,
             mtime_ms: now_ms(),
             loc,
+            checksum: checksum.clone(),
         };
         let info = PartInfo {
             number,
             size: got.size,
             etag: etag(&got.md5, 0),
             mtime_ms: record.mtime_ms,
+            checksum,
         };
         let op = MpOp::PutPart {
             bucket: bucket.id,
@@ -162,11 +152,32 @@ impl Store {
         parts: &[(u32, String)],
         cond: WriteCond,
     ) -> StoreResult<ObjectInfo> {
-        let upload = multipart::parse_upload_id(upload_id)?;
         let parts = parts
             .iter()
-            .map(|(n, e)| Ok((*n, parse_etag(e)?)))
+            .map(|(n, e)| {
+                Ok(ListedPart {
+                    number: *n,
+                    md5: part_md5(e)?,
+                    checksum: None,
+                })
+            })
             .collect::<StoreResult<Vec<_>>>()?;
+        self.complete_multipart_upload_with(bucket, key, upload_id, parts, cond, None)
+            .await
+    }
+
+    /// Complete an upload, checking the part checksums the client repeated
+    /// and deriving the object's checksum with `combine`.
+    pub async fn complete_multipart_upload_with(
+        &self,
+        bucket: &BucketInfo,
+        key: &str,
+        upload_id: &str,
+        parts: Vec<ListedPart>,
+        cond: WriteCond,
+        combine: Option<Combiner>,
+    ) -> StoreResult<ObjectInfo> {
+        let upload = multipart::parse_upload_id(upload_id)?;
         let op = MpOp::Complete {
             bucket: bucket.id,
             key: key.to_string(),
@@ -175,6 +186,7 @@ impl Store {
             min_part_size: self.min_part_size,
             cond,
             mtime_ms: now_ms(),
+            combine,
         };
         match expect_mp(
             self.partition_of(bucket.id, key)
@@ -203,6 +215,23 @@ impl Store {
             .submit(multipart::op(op), Vec::new())
             .await
             .map(|_| ())
+    }
+
+    /// The checksum an upload was created with (NoSuchUpload when it is gone).
+    pub fn upload_checksum(
+        &self,
+        bucket: &BucketInfo,
+        key: &str,
+        upload_id: &str,
+    ) -> StoreResult<Option<UploadChecksum>> {
+        let upload = multipart::parse_upload_id(upload_id)?;
+        let raw = self
+            .partition_of(bucket.id, key)
+            .index()
+            .get(&multipart::upload_key(bucket.id, key, &upload))?
+            .ok_or(StoreError::NoSuchUpload)?;
+        let rec: UploadRecord = multipart::decode(&raw)?;
+        Ok(rec.checksum)
     }
 
     /// The upload's parts after `marker`, up to `max`; and whether more follow.
@@ -239,54 +268,10 @@ impl Store {
                 size: rec.size,
                 etag: etag(&rec.md5, 0),
                 mtime_ms: rec.mtime_ms,
+                checksum: rec.checksum,
             });
         }
         Ok((out, truncated))
-    }
-
-    /// One page of the bucket's uploads in progress, merged over partitions.
-    pub fn list_multipart_uploads(
-        &self,
-        bucket: &BucketInfo,
-        q: &UploadQuery,
-    ) -> StoreResult<UploadPage> {
-        let mut all = Vec::new();
-        for p in self.partitions() {
-            all.extend(uploads_of(p, bucket, &q.prefix)?);
-        }
-        all.sort_by(|a, b| (&a.key, &a.upload_id).cmp(&(&b.key, &b.upload_id)));
-        let after = |u: &UploadInfo| match (&q.key_marker, &q.upload_id_marker) {
-            (None, _) => true,
-            (Some(k), None) => u.key.as_str() > k.as_str(),
-            (Some(k), Some(id)) => {
-                (u.key.as_str(), u.upload_id.as_str()) > (k.as_str(), id.as_str())
-            }
-        };
-        let mut page = UploadPage::default();
-        for u in all.into_iter().filter(after) {
-            let rolled = q
-                .delimiter
-                .as_deref()
-                .filter(|d| !d.is_empty())
-                .and_then(|d| {
-                    u.key[q.prefix.len()..]
-                        .find(d)
-                        .map(|i| u.key[..q.prefix.len() + i + d.len()].to_string())
-                });
-            let entry = match rolled {
-                Some(cp) => UploadEntry::Prefix(cp),
-                None => UploadEntry::Upload(u),
-            };
-            if matches!(entry, UploadEntry::Prefix(_)) && page.entries.last() == Some(&entry) {
-                continue; // further uploads under a prefix already listed
-            }
-            if page.entries.len() == q.max_uploads {
-                page.truncated = true;
-                break;
-            }
-            page.entries.push(entry);
-        }
-        Ok(page)
     }
 
     /// The byte range of part `number` of an object, and its part count
@@ -323,97 +308,5 @@ impl Store {
             },
             count,
         ))
-    }
-
-    /// Abort every upload created before `cutoff_ms`; how many.
-    pub async fn abort_stale_uploads(&self, cutoff_ms: i64) -> StoreResult<u64> {
-        let mut n = 0;
-        for p in self.partitions() {
-            for (bucket, key, upload, created_ms) in all_uploads(p)? {
-                if created_ms < cutoff_ms {
-                    let op = MpOp::Abort {
-                        bucket,
-                        key,
-                        upload,
-                    };
-                    match p.submit(multipart::op(op), Vec::new()).await {
-                        Ok(_) | Err(StoreError::NoSuchUpload) => n += 1,
-                        Err(e) => return Err(e),
-                    }
-                }
-            }
-        }
-        Ok(n)
-    }
-}
-
-fn uploads_of(
-    p: &Arc<Partition>,
-    bucket: &BucketInfo,
-    prefix: &str,
-) -> StoreResult<Vec<UploadInfo>> {
-    let start = multipart::upload_prefix(bucket.id, prefix);
-    let end = crate::list::prefix_successor(&start).unwrap_or_default();
-    let skip = multipart::upload_prefix(bucket.id, "").len();
-    let mut out = Vec::new();
-    for (k, v) in scan_all(p, &start, &end)? {
-        let Some(rest) = k.get(skip..).filter(|r| r.len() >= 17) else {
-            continue;
-        };
-        let (key, id) = rest.split_at(rest.len() - 17);
-        let id: [u8; 16] = id[1..]
-            .try_into()
-            .map_err(|_| StoreError::Corrupt("upload row key".into()))?;
-        let rec: UploadRecord = multipart::decode(&v)?;
-        out.push(UploadInfo {
-            key: String::from_utf8_lossy(key).into_owned(),
-            upload_id: multipart::format_upload_id(&id),
-            created_ms: rec.created_ms,
-        });
-    }
-    Ok(out)
-}
-
-type UploadRow = (crate::ids::BucketId, String, [u8; 16], i64);
-
-fn all_uploads(p: &Arc<Partition>) -> StoreResult<Vec<UploadRow>> {
-    let start = vec![crate::record::UPLOAD_TAG];
-    let end = vec![crate::record::UPLOAD_TAG + 1];
-    let mut out = Vec::new();
-    for (k, v) in scan_all(p, &start, &end)? {
-        if k.len() < 1 + 8 + 17 {
-            continue;
-        }
-        let bucket =
-            crate::ids::BucketId(u64::from_be_bytes(k[1..9].try_into().unwrap_or_default()));
-        let (key, id) = k[9..].split_at(k.len() - 9 - 17);
-        let id: [u8; 16] = id[1..]
-            .try_into()
-            .map_err(|_| StoreError::Corrupt("upload row key".into()))?;
-        let rec: UploadRecord = multipart::decode(&v)?;
-        out.push((
-            bucket,
-            String::from_utf8_lossy(key).into_owned(),
-            id,
-            rec.created_ms,
-        ));
-    }
-    Ok(out)
-}
-
-fn scan_all(p: &Arc<Partition>, start: &[u8], end: &[u8]) -> StoreResult<Vec<(Vec<u8>, Vec<u8>)>> {
-    let mut out = Vec::new();
-    let mut from = start.to_vec();
-    loop {
-        let rows = p.index().scan(&from, end, 1000)?;
-        let full = rows.len() == 1000;
-        if let Some((k, _)) = rows.last() {
-            from = k.clone();
-            from.push(0);
-        }
-        out.extend(rows);
-        if !full {
-            return Ok(out);
-        }
     }
 }

@@ -12,7 +12,7 @@
 //! RSS, a full ordered scan in chunks of 1000 and the time to drop and reopen.
 
 use clap::Parser;
-use laneway_store::index::{open_index, Engine, MetaIndex, WriteBatch};
+use laneway_store::index::{Engine, MetaIndex, WriteBatch, open_index};
 use std::error::Error;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -85,7 +85,11 @@ fn prepare_dir(args: &Args) -> BenchResult<PathBuf> {
         None => std::env::temp_dir().join(format!("laneway-index-bench-{}", args.engine)),
     };
     if dir.exists() && std::fs::read_dir(&dir)?.next().is_some() {
-        return Err(format!("{} is not empty; remove it or pass another --dir", dir.display()).into());
+        return Err(format!(
+            "{} is not empty; remove it or pass another --dir",
+            dir.display()
+        )
+        .into());
     }
     std::fs::create_dir_all(&dir)?;
     Ok(dir)
@@ -94,7 +98,10 @@ fn prepare_dir(args: &Args) -> BenchResult<PathBuf> {
 fn print_method(args: &Args, dir: &Path) {
     println!("== index-bench ==");
     println!("engine: {}", args.engine);
-    println!("records: {}  batch: {}  seed: {:#x}", args.records, args.batch, args.seed);
+    println!(
+        "records: {}  batch: {}  seed: {}",
+        args.records, args.batch, args.seed
+    );
     println!("dir: {}", dir.display());
     println!(
         "method: {} records inserted in seeded random order through MetaIndex::write, \
@@ -159,9 +166,18 @@ fn report_disk(index: &dyn MetaIndex, dir: &Path, loaded: u64) -> BenchResult<()
     let engine_bytes = index.disk_bytes()?;
     let (allocated, apparent) = du(dir)?;
     let per = |b: u64| b as f64 / loaded.max(1) as f64;
-    println!("disk (engine disk_bytes): {engine_bytes} B = {:.1} B/record", per(engine_bytes));
-    println!("disk (du, allocated blocks): {allocated} B = {:.1} B/record", per(allocated));
-    println!("disk (du --apparent-size): {apparent} B = {:.1} B/record", per(apparent));
+    println!(
+        "disk (engine disk_bytes): {engine_bytes} B = {:.1} B/record",
+        per(engine_bytes)
+    );
+    println!(
+        "disk (du, allocated blocks): {allocated} B = {:.1} B/record",
+        per(allocated)
+    );
+    println!(
+        "disk (du --apparent-size): {apparent} B = {:.1} B/record",
+        per(apparent)
+    );
     let raw = record_key(0).len() as u64 + 110;
     println!("raw key+value bytes per record: ~{raw}");
     Ok(())
@@ -213,14 +229,23 @@ fn scan_everything(index: &dyn MetaIndex, loaded: u64) -> BenchResult<()> {
         }
     }
     let secs = started.elapsed().as_secs_f64();
-    println!("scan: {count} keys in order in {secs:.2} s = {:.0} keys/s", count as f64 / secs);
+    println!(
+        "scan: {count} keys in order in {secs:.2} s = {:.0} keys/s",
+        count as f64 / secs
+    );
     if count != loaded {
         return Err(format!("scan found {count} keys, loaded {loaded}").into());
     }
     Ok(())
 }
 
-fn reopen(index: Box<dyn MetaIndex>, engine: Engine, dir: &Path, args: &Args, loaded: u64) -> BenchResult<()> {
+fn reopen(
+    index: Box<dyn MetaIndex>,
+    engine: Engine,
+    dir: &Path,
+    args: &Args,
+    loaded: u64,
+) -> BenchResult<()> {
     let started = Instant::now();
     drop(index);
     let dropped = started.elapsed();
@@ -320,7 +345,11 @@ impl Permutation {
     fn new(n: u64, seed: u64) -> Permutation {
         let bits = 64 - n.max(2).saturating_sub(1).leading_zeros();
         let round_keys = [1, 2, 3, 4].map(|r| splitmix64(seed.wrapping_add(r)));
-        Permutation { n: n.max(1), half_bits: bits.div_ceil(2), round_keys }
+        Permutation {
+            n: n.max(1),
+            half_bits: bits.div_ceil(2),
+            round_keys,
+        }
     }
 
     /// The record at position `pos` of the insertion order.

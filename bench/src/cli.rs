@@ -1,0 +1,305 @@
+//! Command-line arguments of the `laneway-bench` binary (clap derive).
+//!
+//! Shared argument groups are flattened into each mode: [`ConnArgs`] says
+//! where to send requests and as whom, [`WorkArgs`] shapes a timed closed
+//! loop. Validation happens once, in [`ConnArgs::validate`] and
+//! [`WorkArgs::validate`]; the bench refuses non-loopback endpoints so it
+//! can never be pointed at someone else's server by mistake.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use http::Uri;
+
+use crate::size::parse_size;
+
+/// laneway's load generator and probes.
+#[derive(Debug, Parser)]
+#[command(name = "laneway-bench", version, about)]
+pub struct Cli {
+    /// What to measure.
+    #[command(subcommand)]
+    pub mode: Mode,
+}
+
+/// Benchmark modes.
+#[derive(Debug, Subcommand)]
+pub enum Mode {
+    /// Timed PutObject loop.
+    Put(LoadArgs),
+    /// Timed GetObject loop (PUTs the key space first unless --no-prepare).
+    Get(LoadArgs),
+    /// Timed HeadObject loop (PUTs the key space first unless --no-prepare).
+    Head(LoadArgs),
+    /// Timed PutObjectTagging loop (PUTs the key space first unless --no-prepare).
+    Tag(LoadArgs),
+    /// Timed loop over a weighted mix of operations.
+    Mixed(MixedArgs),
+    /// Full ListObjectsV2 walks and time to first page.
+    List(ListArgs),
+    /// Creates N objects as fast as possible.
+    Fill(FillArgs),
+    /// Same client and workload against an in-process do-nothing server.
+    Null(NullArgs),
+    /// 4 KiB append + fdatasync loop: durable appends per second.
+    Fsync(FsyncArgs),
+}
+
+/// Where to send requests and as whom.
+#[derive(Debug, Clone, Args)]
+pub struct ConnArgs {
+    /// Server endpoint; loopback addresses only.
+    #[arg(long, default_value = "http://127.0.0.1:9000")]
+    pub endpoint: String,
+    /// Access key id.
+    #[arg(long, env = "AWS_ACCESS_KEY_ID", hide_env_values = true)]
+    pub access_key: String,
+    /// Secret access key.
+    #[arg(long, env = "AWS_SECRET_ACCESS_KEY", hide_env_values = true)]
+    pub secret_key: String,
+    /// Bucket to use (created if missing, except by `list`).
+    #[arg(long, default_value = "bench")]
+    pub bucket: String,
+    /// Per-request timeout in seconds (raised automatically for big objects).
+    #[arg(long, default_value_t = 60)]
+    pub timeout: u64,
+    /// Sample this process's VmRSS every 50 ms and print start/peak.
+    #[arg(long)]
+    pub server_pid: Option<u32>,
+}
+
+/// Shape of a timed closed loop.
+#[derive(Debug, Clone, Args)]
+pub struct WorkArgs {
+    /// Object size (4KiB, 64MiB, 1GiB, 4096 ...).
+    #[arg(long, default_value = "4KiB", value_parser = parse_size)]
+    pub size: u64,
+    /// Requests in flight.
+    #[arg(long, default_value_t = 32)]
+    pub concurrency: usize,
+    /// Measured seconds (after warm-up).
+    #[arg(long, default_value_t = 10)]
+    pub duration: u64,
+    /// Seconds of unmeasured load before measuring.
+    #[arg(long, default_value_t = 1)]
+    pub warmup: u64,
+    /// Key space: keys are drawn uniformly from this many.
+    #[arg(long, default_value_t = 1000)]
+    pub objects: u64,
+    /// Stop after this many requests in total (disables warm-up).
+    #[arg(long)]
+    pub ops: Option<u64>,
+    /// Prefix of every key.
+    #[arg(long, default_value = "bench/")]
+    pub key_prefix: String,
+    /// Seed for key choice and payloads.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Skip PUTting the key space before get/head/tag/mixed.
+    #[arg(long)]
+    pub no_prepare: bool,
+}
+
+/// Arguments of the server-facing timed modes.
+#[derive(Debug, Clone, Args)]
+pub struct LoadArgs {
+    /// Connection.
+    #[command(flatten)]
+    pub conn: ConnArgs,
+    /// Workload.
+    #[command(flatten)]
+    pub work: WorkArgs,
+}
+
+/// Arguments of `mixed`.
+#[derive(Debug, Clone, Args)]
+pub struct MixedArgs {
+    /// Connection and workload.
+    #[command(flatten)]
+    pub load: LoadArgs,
+    /// Weighted operations, `op:weight,...` (put, get, head, tag, list).
+    #[arg(long, default_value = "get:70,put:20,head:5,tag:5")]
+    pub mix: String,
+}
+
+/// Arguments of `list`.
+#[derive(Debug, Clone, Args)]
+pub struct ListArgs {
+    /// Connection.
+    #[command(flatten)]
+    pub conn: ConnArgs,
+    /// Only keys under this prefix.
+    #[arg(long)]
+    pub prefix: Option<String>,
+    /// Roll keys up at this delimiter.
+    #[arg(long)]
+    pub delimiter: Option<String>,
+    /// max-keys per page.
+    #[arg(long, default_value_t = 1000)]
+    pub page_size: u32,
+    /// Full walks to time.
+    #[arg(long, default_value_t = 3)]
+    pub rounds: u32,
+    /// First-page requests to time.
+    #[arg(long, default_value_t = 50)]
+    pub first_page_samples: u32,
+}
+
+/// Arguments of `fill`.
+#[derive(Debug, Clone, Args)]
+pub struct FillArgs {
+    /// Connection.
+    #[command(flatten)]
+    pub conn: ConnArgs,
+    /// Objects to create.
+    #[arg(long, default_value_t = 10_000)]
+    pub objects: u64,
+    /// Size of each object.
+    #[arg(long, default_value = "0", value_parser = parse_size)]
+    pub size: u64,
+    /// PUTs in flight.
+    #[arg(long, default_value_t = 64)]
+    pub concurrency: usize,
+    /// Prefix of every key.
+    #[arg(long, default_value = "fill/")]
+    pub key_prefix: String,
+    /// Spread keys over this many sub-prefixes `d0000/` ... (0 = flat).
+    #[arg(long, default_value_t = 0)]
+    pub dirs: u64,
+}
+
+/// Arguments of `null`.
+#[derive(Debug, Clone, Args)]
+pub struct NullArgs {
+    /// Workload (the server's GET body is --size bytes).
+    #[command(flatten)]
+    pub work: WorkArgs,
+    /// Operation to drive: get, put or head.
+    #[arg(long, default_value = "get")]
+    pub op: String,
+    /// Runtime threads of the in-process server.
+    #[arg(long, default_value_t = 2)]
+    pub server_threads: usize,
+}
+
+/// Arguments of `fsync`.
+#[derive(Debug, Clone, Args)]
+pub struct FsyncArgs {
+    /// Directory for the probe file (use the server's data disk).
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// Seconds to run.
+    #[arg(long, default_value_t = 10)]
+    pub duration: u64,
+    /// Bytes per append.
+    #[arg(long, default_value = "4KiB", value_parser = parse_size)]
+    pub block_size: u64,
+}
+
+/// Largest object the bench will send or expect.
+pub const MAX_SIZE: u64 = 64 << 30;
+/// Longest run, seconds.
+pub const MAX_DURATION: u64 = 3600;
+/// Most requests in flight.
+pub const MAX_CONCURRENCY: usize = 4096;
+
+impl ConnArgs {
+    /// Rejects endpoints that are not http on a loopback address.
+    pub fn validate(&self) -> Result<(), String> {
+        let uri: Uri = self
+            .endpoint
+            .parse()
+            .map_err(|e| format!("--endpoint: {e}"))?;
+        let host = uri.host().ok_or("--endpoint: no host")?;
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let loopback =
+            host == "localhost" || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback());
+        if !loopback {
+            return Err(format!(
+                "--endpoint {}: only loopback addresses are allowed",
+                self.endpoint
+            ));
+        }
+        if self.bucket.is_empty() {
+            return Err("--bucket must not be empty".to_owned());
+        }
+        Ok(())
+    }
+
+    /// The request timeout for objects of `size` bytes: at least the
+    /// configured one, and long enough to move `size` at 10 MB/s.
+    pub fn timeout_for(&self, size: u64) -> Duration {
+        Duration::from_secs(self.timeout.max(size / 10_000_000 + 30))
+    }
+}
+
+impl WorkArgs {
+    /// Rejects sizes, counts and durations outside sane bounds.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.size > MAX_SIZE {
+            return Err(format!("--size over {MAX_SIZE} bytes"));
+        }
+        if self.concurrency == 0 || self.concurrency > MAX_CONCURRENCY {
+            return Err(format!("--concurrency must be 1..={MAX_CONCURRENCY}"));
+        }
+        if self.duration == 0 || self.duration + self.warmup > MAX_DURATION {
+            return Err(format!(
+                "--duration must be 1..={MAX_DURATION} s including warm-up"
+            ));
+        }
+        if self.objects == 0 {
+            return Err("--objects must be at least 1".to_owned());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn parses_a_get_run() {
+        let cli = Cli::try_parse_from([
+            "laneway-bench",
+            "get",
+            "--access-key",
+            "a",
+            "--secret-key",
+            "b",
+            "--size",
+            "64MiB",
+        ])
+        .expect("parse");
+        let Mode::Get(args) = cli.mode else {
+            panic!("not get");
+        };
+        assert_eq!(args.work.size, 64 << 20);
+        assert!(args.conn.validate().is_ok());
+        assert!(args.work.validate().is_ok());
+    }
+
+    #[test]
+    fn refuses_remote_endpoints() {
+        let conn = |endpoint: &str| ConnArgs {
+            endpoint: endpoint.to_owned(),
+            access_key: String::new(),
+            secret_key: String::new(),
+            bucket: "b".to_owned(),
+            timeout: 1,
+            server_pid: None,
+        };
+        assert!(conn("http://10.0.0.1:9000").validate().is_err());
+        assert!(conn("http://example.com").validate().is_err());
+        assert!(conn("http://[::1]:9000").validate().is_ok());
+        assert!(conn("http://localhost:9000").validate().is_ok());
+    }
+}

@@ -1,0 +1,177 @@
+//! Access control lists, the way AWS answers for buckets whose object
+//! ownership is "bucket owner enforced" (ACLs disabled, the default for new
+//! buckets since 2023): access is decided by the tenant binding
+//! ([`crate::auth`]), never by ACLs.
+//!
+//! - GetBucketAcl / GetObjectAcl return the one grant that is true: the
+//!   owning tenant has FULL_CONTROL.
+//! - PutBucketAcl / PutObjectAcl accept the canned `private` ACL (or no
+//!   ACL at all), which changes nothing; explicit grants and other canned
+//!   ACLs are refused with `AccessControlListNotSupported`, as AWS does.
+//! - `x-amz-acl` on CreateBucket, PutObject, CopyObject and
+//!   CreateMultipartUpload follows the same rule ([`check_object_acl`],
+//!   [`check_bucket_acl`]).
+//!
+//! The object and bucket must exist (NoSuchKey / NoSuchBucket), so the
+//! ACL calls double as existence checks, like on AWS.
+
+use crate::context::{Gateway, ReqCtx};
+use crate::error::{GwError, GwResult};
+use crate::names::check_key;
+use laneway_store::TenantId;
+use s3s::dto::*;
+use s3s::{S3Request, S3Response};
+
+const PRIVATE: &str = "private";
+
+/// Refuse a canned object ACL other than `private`.
+pub fn check_object_acl(acl: Option<&ObjectCannedACL>) -> GwResult<()> {
+    check_canned(acl.map(ObjectCannedACL::as_str))
+}
+
+/// Refuse a canned bucket ACL other than `private`.
+pub fn check_bucket_acl(acl: Option<&BucketCannedACL>) -> GwResult<()> {
+    check_canned(acl.map(BucketCannedACL::as_str))
+}
+
+fn check_canned(acl: Option<&str>) -> GwResult<()> {
+    match acl {
+        None | Some(PRIVATE) => Ok(()),
+        Some(_) => Err(GwError::AccessControlListNotSupported),
+    }
+}
+
+/// Refuse explicit grants (x-amz-grant-* headers or an ACL document).
+fn check_no_grants(grants: &[bool]) -> GwResult<()> {
+    if grants.iter().any(|g| *g) {
+        return Err(GwError::AccessControlListNotSupported);
+    }
+    Ok(())
+}
+
+fn owner(tenant: &TenantId) -> Owner {
+    Owner {
+        display_name: Some(tenant.to_string()),
+        id: Some(tenant.to_string()),
+    }
+}
+
+/// The owner's FULL_CONTROL grant: the whole ACL of everything.
+fn full_control(tenant: &TenantId) -> (Option<Owner>, Option<Grants>) {
+    let grant = Grant {
+        grantee: Some(Grantee {
+            display_name: Some(tenant.to_string()),
+            email_address: None,
+            id: Some(tenant.to_string()),
+            type_: Type::from_static(Type::CANONICAL_USER),
+            uri: None,
+        }),
+        permission: Some(Permission::from_static(Permission::FULL_CONTROL)),
+    };
+    (Some(owner(tenant)), Some(vec![grant]))
+}
+
+/// GetBucketAcl.
+pub async fn get_bucket_acl(
+    gw: &Gateway,
+    req: S3Request<GetBucketAclInput>,
+) -> GwResult<S3Response<GetBucketAclOutput>> {
+    let ctx = ReqCtx::of(&req)?;
+    gw.bucket(&ctx, &req.input.bucket)?;
+    let (owner, grants) = full_control(&ctx.tenant);
+    Ok(S3Response::new(GetBucketAclOutput { owner, grants }))
+}
+
+/// GetObjectAcl.
+pub async fn get_object_acl(
+    gw: &Gateway,
+    req: S3Request<GetObjectAclInput>,
+) -> GwResult<S3Response<GetObjectAclOutput>> {
+    let ctx = ReqCtx::of(&req)?;
+    let input = &req.input;
+    check_key(&input.key)?;
+    crate::get::check_version_id(input.version_id.as_deref())?;
+    let bucket = gw.bucket(&ctx, &input.bucket)?;
+    gw.store().head_object(&bucket, &input.key)?;
+    let (owner, grants) = full_control(&ctx.tenant);
+    Ok(S3Response::new(GetObjectAclOutput {
+        owner,
+        grants,
+        ..Default::default()
+    }))
+}
+
+/// PutBucketAcl: only `private` (a no-op).
+pub async fn put_bucket_acl(
+    gw: &Gateway,
+    req: S3Request<PutBucketAclInput>,
+) -> GwResult<S3Response<PutBucketAclOutput>> {
+    let ctx = ReqCtx::of(&req)?;
+    let input = &req.input;
+    gw.bucket(&ctx, &input.bucket)?;
+    check_bucket_acl(input.acl.as_ref())?;
+    check_no_grants(&[
+        input.access_control_policy.is_some(),
+        input.grant_full_control.is_some(),
+        input.grant_read.is_some(),
+        input.grant_read_acp.is_some(),
+        input.grant_write.is_some(),
+        input.grant_write_acp.is_some(),
+    ])?;
+    Ok(S3Response::new(PutBucketAclOutput::default()))
+}
+
+/// PutObjectAcl: only `private` (a no-op).
+pub async fn put_object_acl(
+    gw: &Gateway,
+    req: S3Request<PutObjectAclInput>,
+) -> GwResult<S3Response<PutObjectAclOutput>> {
+    let ctx = ReqCtx::of(&req)?;
+    let input = &req.input;
+    check_key(&input.key)?;
+    crate::get::check_version_id(input.version_id.as_deref())?;
+    let bucket = gw.bucket(&ctx, &input.bucket)?;
+    gw.store().head_object(&bucket, &input.key)?;
+    check_object_acl(input.acl.as_ref())?;
+    check_no_grants(&[
+        input.access_control_policy.is_some(),
+        input.grant_full_control.is_some(),
+        input.grant_read.is_some(),
+        input.grant_read_acp.is_some(),
+        input.grant_write.is_some(),
+        input.grant_write_acp.is_some(),
+    ])?;
+    Ok(S3Response::new(PutObjectAclOutput::default()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_private_is_accepted() {
+        assert!(check_object_acl(None).is_ok());
+        let private = ObjectCannedACL::from_static(ObjectCannedACL::PRIVATE);
+        assert!(check_object_acl(Some(&private)).is_ok());
+        let public = ObjectCannedACL::from_static(ObjectCannedACL::PUBLIC_READ);
+        assert!(matches!(
+            check_object_acl(Some(&public)),
+            Err(GwError::AccessControlListNotSupported)
+        ));
+        let public = BucketCannedACL::from_static(BucketCannedACL::PUBLIC_READ_WRITE);
+        assert!(check_bucket_acl(Some(&public)).is_err());
+        assert!(check_no_grants(&[false, true]).is_err());
+    }
+
+    #[test]
+    fn the_owner_has_full_control() {
+        let (owner, grants) = full_control(&TenantId("t1".into()));
+        assert_eq!(owner.and_then(|o| o.id).as_deref(), Some("t1"));
+        let grants = grants.unwrap_or_default();
+        assert_eq!(grants.len(), 1);
+        assert_eq!(
+            grants[0].permission.as_ref().map(Permission::as_str),
+            Some("FULL_CONTROL")
+        );
+    }
+}

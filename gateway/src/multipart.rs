@@ -1,0 +1,286 @@
+//! Multipart uploads: CreateMultipartUpload, UploadPart,
+//! CompleteMultipartUpload, AbortMultipartUpload. (UploadPartCopy is in
+//! [`crate::part_copy`], ListParts and ListMultipartUploads in
+//! [`crate::uploads`].)
+//!
+//! Parts follow the rules of a PUT ([`crate::put`]): everything checkable
+//! is refused before the body is read, the body streams into the store,
+//! Content-MD5 and x-amz-checksum-* are verified on the way, and a part is
+//! at most 5 GiB. The verified checksum is kept with the part, so the
+//! completion can check the checksums the client repeats and derive the
+//! object's ([`crate::composite`]). Limits are AWS's: part numbers 1 to
+//! 10,000, every part but the last at least 5 MiB (checked at completion,
+//! `EntityTooSmall`).
+//!
+//! Completion honours If-None-Match: `*` and If-Match, checked atomically
+//! when the object is committed, like a PUT's.
+
+use crate::acl;
+use crate::body;
+use crate::checksum::{self, Algo};
+use crate::composite;
+use crate::context::{Gateway, ReqCtx};
+use crate::error::{GwError, GwResult};
+use crate::meta::MetaInput;
+use crate::names::check_key;
+use crate::put::{declared_length, decoded_content_length, parse_content_md5, write_cond};
+use crate::tagging;
+use laneway_store::multipart::{ListedPart, MAX_PARTS};
+use laneway_store::uploads::part_md5;
+use laneway_store::{Checksum, PutOptions};
+use s3s::dto::*;
+use s3s::{S3Request, S3Response};
+
+/// A part number from the request, within 1..=10000.
+pub fn part_number(n: i32) -> GwResult<u32> {
+    u32::try_from(n)
+        .ok()
+        .filter(|n| (1..=MAX_PARTS).contains(n))
+        .ok_or_else(|| {
+            GwError::InvalidArgument(format!(
+                "Part number must be an integer between 1 and {MAX_PARTS}, inclusive"
+            ))
+        })
+}
+
+/// CreateMultipartUpload.
+pub async fn create_multipart_upload(
+    gw: &Gateway,
+    req: S3Request<CreateMultipartUploadInput>,
+) -> GwResult<S3Response<CreateMultipartUploadOutput>> {
+    let ctx = ReqCtx::of(&req)?;
+    let input = req.input;
+    check_key(&input.key)?;
+    acl::check_object_acl(input.acl.as_ref())?;
+    let bucket = gw.bucket(&ctx, &input.bucket)?;
+    let tags = tagging::from_header(input.tagging.as_deref())?;
+    let wanted = composite::requested(
+        input.checksum_algorithm.as_ref(),
+        input.checksum_type.as_ref(),
+    )?;
+    let meta = MetaInput {
+        content_type: input.content_type,
+        content_encoding: input.content_encoding,
+        content_disposition: input.content_disposition,
+        content_language: input.content_language,
+        cache_control: input.cache_control,
+        expires: input.expires,
+        user: input.metadata,
+    }
+    .into_meta()?;
+    let upload_id = gw
+        .store()
+        .create_multipart_upload_with(&bucket, &input.key, meta, tags, wanted.clone())
+        .await?;
+    Ok(S3Response::new(CreateMultipartUploadOutput {
+        bucket: Some(input.bucket),
+        key: Some(input.key),
+        upload_id: Some(upload_id),
+        checksum_algorithm: wanted
+            .as_ref()
+            .map(|w| ChecksumAlgorithm::from(w.algorithm.clone())),
+        checksum_type: wanted.as_ref().map(|w| {
+            ChecksumType::from_static(if w.full_object {
+                ChecksumType::FULL_OBJECT
+            } else {
+                ChecksumType::COMPOSITE
+            })
+        }),
+        ..Default::default()
+    }))
+}
+
+/// UploadPart.
+pub async fn upload_part(
+    gw: &Gateway,
+    req: S3Request<UploadPartInput>,
+) -> GwResult<S3Response<UploadPartOutput>> {
+    let ctx = ReqCtx::of(&req)?;
+    let decoded = decoded_content_length(&req.headers);
+    let wanted = checksum::requested(&req.headers, req.trailing_headers.as_ref())?;
+    let input = req.input;
+    check_key(&input.key)?;
+    let number = part_number(input.part_number)?;
+    let bucket = gw.bucket(&ctx, &input.bucket)?;
+    let length = declared_length(input.content_length.or(decoded))?;
+    let content_md5 = input
+        .content_md5
+        .as_deref()
+        .map(parse_content_md5)
+        .transpose()?;
+
+    let (stream, faults) = body::upload(input.body);
+    let (stream, computed) = match wanted {
+        Some(w) => {
+            let (s, c) = checksum::verify(stream, w, &faults);
+            (s, Some(c))
+        }
+        None => (stream, None),
+    };
+    let opts = PutOptions {
+        content_md5,
+        content_length: Some(length),
+        tags: Vec::new(),
+        checksum: computed.as_ref().map(checksum::Computed::slot),
+    };
+    let info = gw
+        .store()
+        .upload_part(&bucket, &input.key, &input.upload_id, number, opts, stream)
+        .await
+        .map_err(|e| faults.explain(e))?;
+    let sums = part_sums(info.checksum.as_ref());
+    Ok(S3Response::new(UploadPartOutput {
+        e_tag: Some(ETag::Strong(info.etag)),
+        checksum_crc32: sums.crc32,
+        checksum_crc32c: sums.crc32c,
+        checksum_crc64nvme: sums.crc64nvme,
+        checksum_sha1: sums.sha1,
+        checksum_sha256: sums.sha256,
+        ..Default::default()
+    }))
+}
+
+/// A part's stored checksum spread over the five output fields.
+pub fn part_sums(c: Option<&Checksum>) -> checksum::Fields {
+    checksum::fields(c, true, true)
+}
+
+/// The client's part list, in its order (the store checks the order).
+fn listed_parts(upload: Option<CompletedMultipartUpload>) -> GwResult<Vec<ListedPart>> {
+    let parts = upload.and_then(|u| u.parts).unwrap_or_default();
+    if parts.is_empty() {
+        return Err(GwError::MalformedXml(
+            "The XML you provided was not well-formed or did not validate against our \
+             published schema"
+                .into(),
+        ));
+    }
+    parts
+        .iter()
+        .map(|p| {
+            let number = p
+                .part_number
+                .and_then(|n| u32::try_from(n).ok())
+                .ok_or_else(|| GwError::MalformedXml("Every part needs a PartNumber".into()))?;
+            let etag = p
+                .e_tag
+                .as_ref()
+                .ok_or_else(|| GwError::MalformedXml("Every part needs an ETag".into()))?;
+            Ok(ListedPart {
+                number,
+                md5: part_md5(etag.value())?,
+                checksum: composite::listed(p)?,
+            })
+        })
+        .collect()
+}
+
+/// Where the object is, as CompleteMultipartUpload reports it.
+fn location(headers: &http::HeaderMap, bucket: &str, key: &str) -> String {
+    let host = headers
+        .get(http::header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("localhost");
+    let key = percent_encoding::utf8_percent_encode(key, crate::list::URL_ENCODE);
+    format!("http://{host}/{bucket}/{key}")
+}
+
+/// CompleteMultipartUpload.
+pub async fn complete_multipart_upload(
+    gw: &Gateway,
+    req: S3Request<CompleteMultipartUploadInput>,
+) -> GwResult<S3Response<CompleteMultipartUploadOutput>> {
+    let ctx = ReqCtx::of(&req)?;
+    let location = location(&req.headers, &req.input.bucket, &req.input.key);
+    let input = req.input;
+    check_key(&input.key)?;
+    let bucket = gw.bucket(&ctx, &input.bucket)?;
+    let cond = write_cond(input.if_match.as_ref(), input.if_none_match.as_ref())?;
+    let parts = listed_parts(input.multipart_upload)?;
+    let info = gw
+        .store()
+        .complete_multipart_upload_with(
+            &bucket,
+            &input.key,
+            &input.upload_id,
+            parts,
+            cond,
+            Some(composite::combiner()),
+        )
+        .await?;
+    tracing::debug!(bucket = %bucket.name, key = %input.key, size = info.size, "upload completed");
+    let sums = part_sums(info.checksum.as_ref());
+    Ok(S3Response::new(CompleteMultipartUploadOutput {
+        bucket: Some(input.bucket),
+        key: Some(input.key),
+        location: Some(location),
+        e_tag: Some(ETag::Strong(info.etag.clone())),
+        checksum_crc32: sums.crc32,
+        checksum_crc32c: sums.crc32c,
+        checksum_crc64nvme: sums.crc64nvme,
+        checksum_sha1: sums.sha1,
+        checksum_sha256: sums.sha256,
+        checksum_type: info.checksum.as_ref().map(composite::type_of),
+        ..Default::default()
+    }))
+}
+
+/// AbortMultipartUpload (204).
+pub async fn abort_multipart_upload(
+    gw: &Gateway,
+    req: S3Request<AbortMultipartUploadInput>,
+) -> GwResult<S3Response<AbortMultipartUploadOutput>> {
+    let ctx = ReqCtx::of(&req)?;
+    let input = req.input;
+    check_key(&input.key)?;
+    let bucket = gw.bucket(&ctx, &input.bucket)?;
+    gw.store()
+        .abort_multipart_upload(&bucket, &input.key, &input.upload_id)
+        .await?;
+    Ok(S3Response::new(AbortMultipartUploadOutput::default()))
+}
+
+/// The algorithm of a stored checksum, for list outputs.
+pub fn algorithm_of(name: &str) -> Option<ChecksumAlgorithm> {
+    Algo::from_name(name).map(|a| ChecksumAlgorithm::from_static(a.name()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn part_numbers_are_1_to_10000() {
+        assert_eq!(part_number(1).expect("1"), 1);
+        assert_eq!(part_number(10_000).expect("max"), 10_000);
+        for bad in [0, -1, 10_001] {
+            assert!(matches!(part_number(bad), Err(GwError::InvalidArgument(_))));
+        }
+    }
+
+    #[test]
+    fn empty_part_lists_are_malformed() {
+        assert!(matches!(listed_parts(None), Err(GwError::MalformedXml(_))));
+        let empty = CompletedMultipartUpload {
+            parts: Some(vec![]),
+        };
+        assert!(matches!(
+            listed_parts(Some(empty)),
+            Err(GwError::MalformedXml(_))
+        ));
+        let one = CompletedMultipartUpload {
+            parts: Some(vec![CompletedPart {
+                part_number: Some(1),
+                e_tag: Some(ETag::Strong("0123456789abcdef0123456789abcdef".into())),
+                checksum_crc32: Some("AAAAAA==".into()),
+                ..Default::default()
+            }]),
+        };
+        let got = listed_parts(Some(one)).expect("parsed");
+        assert_eq!(got[0].number, 1);
+        assert_eq!(
+            got[0].checksum.as_ref().map(|c| c.algorithm.as_str()),
+            Some("CRC32")
+        );
+    }
+}

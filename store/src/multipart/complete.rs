@@ -1,0 +1,229 @@
+//! Completing a multipart upload inside a commit round.
+//!
+//! The client's part list is checked against the stored part rows (order,
+//! ETags, flexible checksums the client repeats, minimum part size), the
+//! precondition on the existing object is checked, and the object record is
+//! written with a manifest of the parts' locations: no part data moves.
+//!
+//! The object's flexible checksum is derived from the parts' checksums by a
+//! [`Combiner`] the caller supplies: how S3 composes checksums (COMPOSITE
+//! hashes of hashes, FULL_OBJECT CRC combination) is protocol knowledge
+//! that lives in the gateway, while the store guarantees the combiner sees
+//! exactly the part records the object is made of, read in the same
+//! transaction that writes the object.
+
+use super::{
+    MpOutcome, PartRecord, UploadChecksum, UploadRecord, part_key, part_loc_data, part_rows,
+    require_upload, upload_key,
+};
+use crate::commit::{Outcome, Round, WriteCond};
+use crate::error::{StoreError, StoreResult};
+use crate::ids::BucketId;
+use crate::record::{Checksum, DataLoc, StoredObject, object_key};
+use md5::{Digest, Md5};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// One entry of the client's CompleteMultipartUpload list.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListedPart {
+    /// Part number.
+    pub number: u32,
+    /// MD5 of the part (its ETag).
+    pub md5: [u8; 16],
+    /// The part's flexible checksum, when the client repeated it: it must
+    /// equal the one verified at upload.
+    pub checksum: Option<Checksum>,
+}
+
+/// The function deriving an object's checksum from its parts': called with
+/// the upload's requested checksum and each part's (checksum, size), in
+/// object order. An error refuses the completion.
+pub type CombineFn = dyn Fn(Option<&UploadChecksum>, &[(Option<&Checksum>, u64)]) -> StoreResult<Option<Checksum>>
+    + Send
+    + Sync;
+
+/// A shareable [`CombineFn`] (Debug so it can ride in a commit op).
+#[derive(Clone)]
+pub struct Combiner(pub Arc<CombineFn>);
+
+impl std::fmt::Debug for Combiner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Combiner")
+    }
+}
+
+/// Everything a completion needs.
+pub(crate) struct Completion<'a> {
+    pub bucket: BucketId,
+    pub key: &'a str,
+    pub upload: [u8; 16],
+    pub parts: &'a [ListedPart],
+    pub min_part_size: u64,
+    pub cond: &'a WriteCond,
+    pub mtime_ms: i64,
+    pub combine: Option<&'a Combiner>,
+}
+
+/// Check the client's part list against the stored parts.
+fn validate(
+    stored: &BTreeMap<u32, PartRecord>,
+    parts: &[ListedPart],
+    min_part_size: u64,
+) -> StoreResult<()> {
+    if parts.is_empty() {
+        return Err(StoreError::InvalidPart);
+    }
+    if parts.windows(2).any(|w| w[0].number >= w[1].number) {
+        return Err(StoreError::InvalidPartOrder);
+    }
+    for (i, p) in parts.iter().enumerate() {
+        let rec = stored
+            .get(&p.number)
+            .filter(|r| r.md5 == p.md5)
+            .ok_or(StoreError::InvalidPart)?;
+        if let Some(want) = &p.checksum
+            && rec.checksum.as_ref() != Some(want)
+        {
+            return Err(StoreError::InvalidPart);
+        }
+        if i + 1 < parts.len() && rec.size < min_part_size {
+            return Err(StoreError::EntityTooSmall);
+        }
+    }
+    Ok(())
+}
+
+/// The listed parts' records, in list order (validate() checked they exist).
+fn chosen<'s>(
+    stored: &'s BTreeMap<u32, PartRecord>,
+    parts: &[ListedPart],
+) -> StoreResult<Vec<&'s PartRecord>> {
+    parts
+        .iter()
+        .map(|p| stored.get(&p.number).ok_or(StoreError::InvalidPart))
+        .collect()
+}
+
+fn object_checksum(
+    up: &UploadRecord,
+    recs: &[&PartRecord],
+    combine: Option<&Combiner>,
+) -> StoreResult<Option<Checksum>> {
+    let Some(c) = combine else {
+        return Ok(None);
+    };
+    let parts: Vec<(Option<&Checksum>, u64)> =
+        recs.iter().map(|r| (r.checksum.as_ref(), r.size)).collect();
+    (c.0)(up.checksum.as_ref(), &parts)
+}
+
+/// Complete the upload into an object.
+pub(crate) fn complete(round: &mut Round<'_>, c: Completion<'_>) -> StoreResult<Outcome> {
+    let up = require_upload(round, c.bucket, c.key, &c.upload)?;
+    let stored: BTreeMap<u32, PartRecord> = part_rows(round, &c.upload)?.into_iter().collect();
+    validate(&stored, c.parts, c.min_part_size)?;
+    let okey = object_key(c.bucket, c.key.as_bytes());
+    let old = round.current(&okey)?;
+    crate::commit::check_cond(c.cond, old.as_ref())?;
+    let recs = chosen(&stored, c.parts)?;
+    let checksum = object_checksum(&up, &recs, c.combine)?;
+    let mut md5s = Md5::new();
+    for rec in &recs {
+        md5s.update(rec.md5);
+    }
+    let locs: Vec<_> = recs.iter().map(|r| r.loc.clone()).collect();
+    let object = StoredObject {
+        size: locs.iter().map(|l| l.size).sum(),
+        md5: md5s.finalize().into(),
+        mtime_ms: c.mtime_ms,
+        parts: u32::try_from(c.parts.len()).unwrap_or(u32::MAX),
+        meta: up.meta,
+        tags: up.tags,
+        checksum,
+        data: DataLoc::Parts(locs),
+    };
+    // Every stored part stops counting as a pending part; account() then
+    // counts the ones the object keeps.
+    for (n, rec) in &stored {
+        round.segment_delta(&part_loc_data(&rec.loc), -1);
+        round.set(part_key(&c.upload, *n), None);
+    }
+    round.account(c.bucket, old.as_ref(), Some(&object));
+    round.set(upload_key(c.bucket, c.key, &c.upload), None);
+    round.set(okey, Some(object.encode()));
+    Ok(Outcome::Multipart(MpOutcome::Completed(object)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::PartLoc;
+
+    fn rec(size: u64, md5: u8, sum: Option<&str>) -> PartRecord {
+        PartRecord {
+            size,
+            md5: [md5; 16],
+            mtime_ms: 0,
+            loc: PartLoc {
+                segment: 0,
+                offset: 0,
+                record_len: 0,
+                header_key_len: 0,
+                size,
+            },
+            checksum: sum.map(|v| Checksum {
+                algorithm: "CRC32".into(),
+                value: v.into(),
+            }),
+        }
+    }
+
+    fn listed(number: u32, md5: u8, sum: Option<&str>) -> ListedPart {
+        ListedPart {
+            number,
+            md5: [md5; 16],
+            checksum: sum.map(|v| Checksum {
+                algorithm: "CRC32".into(),
+                value: v.into(),
+            }),
+        }
+    }
+
+    #[test]
+    fn repeated_part_checksums_must_match() {
+        let stored: BTreeMap<u32, PartRecord> =
+            [(1, rec(10, 1, Some("AAAAAA=="))), (2, rec(3, 2, None))].into();
+        assert!(validate(&stored, &[listed(1, 1, Some("AAAAAA=="))], 5).is_ok());
+        assert!(validate(&stored, &[listed(1, 1, None), listed(2, 2, None)], 5).is_ok());
+        assert!(matches!(
+            validate(&stored, &[listed(1, 1, Some("BBBBBB=="))], 5),
+            Err(StoreError::InvalidPart)
+        ));
+        assert!(matches!(
+            validate(&stored, &[listed(2, 2, Some("AAAAAA=="))], 5),
+            Err(StoreError::InvalidPart)
+        ));
+    }
+
+    #[test]
+    fn order_size_and_etags_are_checked() {
+        let stored: BTreeMap<u32, PartRecord> = [(1, rec(3, 1, None)), (2, rec(3, 2, None))].into();
+        assert!(matches!(
+            validate(&stored, &[], 1),
+            Err(StoreError::InvalidPart)
+        ));
+        assert!(matches!(
+            validate(&stored, &[listed(2, 2, None), listed(1, 1, None)], 1),
+            Err(StoreError::InvalidPartOrder)
+        ));
+        assert!(matches!(
+            validate(&stored, &[listed(1, 1, None), listed(2, 2, None)], 5),
+            Err(StoreError::EntityTooSmall)
+        ));
+        assert!(matches!(
+            validate(&stored, &[listed(1, 9, None)], 1),
+            Err(StoreError::InvalidPart)
+        ));
+    }
+}
