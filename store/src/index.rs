@@ -66,7 +66,7 @@ pub trait MetaIndex: Send + Sync + 'static {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Engine {
-    /// fjall 3 (LSM tree); the default, chosen by measurement (docs/benchmarks.md).
+    /// fjall 3 (LSM tree); the default, chosen by measurement (docs/engine-choice.md).
     Fjall,
     /// sled 0.34 (Bw-tree-like); synced with an explicit fsync of its files.
     Sled,

@@ -107,15 +107,26 @@ impl Store {
     pub fn open(dir: &Path, cfg: StoreConfig) -> StoreResult<Arc<Store>> {
         let layout = crate::layout::Layout::open_or_create(dir, &cfg)?;
         let catalog = Catalog::open(dir, layout.engine)?;
-        let mut partitions = Vec::with_capacity(layout.partitions as usize);
-        for p in 0..layout.partitions {
-            partitions.push(Partition::open(
-                dir,
-                crate::ids::PartitionId(p),
-                layout.engine,
-                &cfg,
-            )?);
-        }
+        // Partitions open in parallel: an LSM engine replays its journal on
+        // open, and a restart should cost one replay, not one per partition.
+        let partitions = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..layout.partitions)
+                .map(|p| {
+                    let cfg = &cfg;
+                    scope.spawn(move || {
+                        Partition::open(dir, crate::ids::PartitionId(p), layout.engine, cfg)
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(StoreError::Engine("partition open panicked".into()))
+                    })
+                })
+                .collect::<StoreResult<Vec<_>>>()
+        })?;
         Ok(Arc::new(Store {
             dir: dir.to_path_buf(),
             min_part_size: cfg.min_part_size,
