@@ -9,6 +9,7 @@
 //! validated config holds the secret as a redacting [`Secret`]).
 
 use clap::{Args, Parser, Subcommand};
+use laneway_qos::{LanesConfig, Mode};
 use laneway_store::Engine;
 use laneway_tenancy::Secret;
 use std::path::PathBuf;
@@ -104,7 +105,31 @@ pub struct ServeArgs {
     /// printed once.
     #[arg(long, env = "LANEWAY_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
+
+    /// Weighted fair-share admission of every S3 request ("lanes"): `on`
+    /// schedules by tenant weight; `off` admits everything at once (rate
+    /// caps and metrics still apply). See docs/qos.md.
+    #[arg(long, env = "LANEWAY_LANES", default_value = "on", value_parser = ["on", "off"])]
+    pub lanes: String,
+
+    /// Cost units (byte-equivalents of backend work) in flight at once,
+    /// over all tenants.
+    #[arg(long, env = "LANEWAY_LANES_CAPACITY", default_value_t = DEFAULT_LANES_CAPACITY)]
+    pub lanes_capacity: u64,
+
+    /// Requests (and body chunks) a tenant may have waiting before new
+    /// requests are refused with 503 SlowDown.
+    #[arg(long, env = "LANEWAY_LANES_QUEUE", default_value_t = laneway_qos::DEFAULT_MAX_QUEUE_PER_TENANT)]
+    pub lanes_queue: usize,
+
+    /// Longest a request waits for admission before 503 SlowDown, in ms.
+    #[arg(long, env = "LANEWAY_LANES_MAX_WAIT_MS", default_value_t = 5000)]
+    pub lanes_max_wait_ms: u64,
 }
+
+/// Default of `--lanes-capacity`: 8 MiB, 32 body chunks of 256 KiB (see
+/// docs/qos.md for why).
+pub const DEFAULT_LANES_CAPACITY: u64 = 8 * 1024 * 1024;
 
 /// Validated settings of `laneway serve`.
 #[derive(Debug, Clone)]
@@ -131,11 +156,14 @@ pub struct ServeConfig {
     pub admin_listen: String,
     /// Admin API token given by the operator.
     pub admin_token: Option<Secret>,
+    /// Settings of the lanes.
+    pub lanes: LanesConfig,
 }
 
 impl ServeArgs {
     /// Check the flags and build the configuration.
     pub fn validate(self) -> Result<ServeConfig, String> {
+        let lanes = self.lanes_config()?;
         if let Some(n) = self.partitions
             && (!n.is_power_of_two() || n > 4096)
         {
@@ -185,6 +213,7 @@ impl ServeArgs {
             return Err("--admin-token must be at least 16 printable characters".into());
         }
         Ok(ServeConfig {
+            lanes,
             data_dir: self.data_dir,
             listen: self.listen,
             region: self.region,
@@ -196,6 +225,43 @@ impl ServeArgs {
             upload_max_age: Duration::from_secs(self.upload_max_age_hours * 3600),
             admin_listen,
             admin_token: self.admin_token.map(Secret::new),
+        })
+    }
+
+    /// The lanes flags as a [`LanesConfig`] (qos defaults elsewhere).
+    fn lanes_config(&self) -> Result<LanesConfig, String> {
+        if self.lanes_capacity == 0 || self.lanes_capacity > 1 << 40 {
+            return Err(format!(
+                "--lanes-capacity must be from 1 to 1099511627776 units (got {})",
+                self.lanes_capacity
+            ));
+        }
+        if self.lanes_queue == 0 || self.lanes_queue > 1_000_000 {
+            return Err(format!(
+                "--lanes-queue must be from 1 to 1000000 (got {})",
+                self.lanes_queue
+            ));
+        }
+        if self.lanes_max_wait_ms == 0 || self.lanes_max_wait_ms > 600_000 {
+            return Err(format!(
+                "--lanes-max-wait-ms must be from 1 to 600000 (got {})",
+                self.lanes_max_wait_ms
+            ));
+        }
+        let max_wait = Duration::from_millis(self.lanes_max_wait_ms);
+        let defaults = LanesConfig::default();
+        Ok(LanesConfig {
+            mode: if self.lanes == "off" {
+                Mode::Off
+            } else {
+                Mode::Fair
+            },
+            capacity_units: self.lanes_capacity,
+            max_queue_per_tenant: self.lanes_queue,
+            max_wait,
+            // A body chunk may wait longer than a new request, never less.
+            stream_max_wait: defaults.stream_max_wait.max(max_wait),
+            ..defaults
         })
     }
 }
@@ -251,6 +317,35 @@ mod tests {
         ])
         .expect("ok");
         assert!(!format!("{c:?}").contains("s3cr3t-value"));
+    }
+
+    #[test]
+    fn lanes_flags() {
+        let d = parse(&["laneway", "serve"]).expect("ok");
+        assert_eq!(d.lanes.mode, Mode::Fair);
+        assert_eq!(d.lanes.capacity_units, DEFAULT_LANES_CAPACITY);
+        assert_eq!(d.lanes.max_wait, Duration::from_secs(5));
+        let c = parse(&[
+            "laneway",
+            "serve",
+            "--lanes",
+            "off",
+            "--lanes-capacity",
+            "1",
+            "--lanes-queue",
+            "2",
+            "--lanes-max-wait-ms",
+            "50",
+        ])
+        .expect("ok");
+        assert_eq!(c.lanes.mode, Mode::Off);
+        assert_eq!(c.lanes.capacity_units, 1);
+        assert_eq!(c.lanes.max_queue_per_tenant, 2);
+        assert_eq!(c.lanes.max_wait, Duration::from_millis(50));
+        assert!(parse(&["laneway", "serve", "--lanes", "maybe"]).is_err());
+        assert!(parse(&["laneway", "serve", "--lanes-capacity", "0"]).is_err());
+        assert!(parse(&["laneway", "serve", "--lanes-queue", "0"]).is_err());
+        assert!(parse(&["laneway", "serve", "--lanes-max-wait-ms", "0"]).is_err());
     }
 
     #[test]

@@ -22,8 +22,10 @@
 //! [`body`] (streaming adapters), [`checksum`] (x-amz-checksum-* of
 //! uploads), [`opclass`] (what each operation reads/writes, for the
 //! access check), [`quota`] (tenant quotas on the write path). [`serve`]
-//! and [`config`] are the `laneway serve` process around it all; [`admin`]
-//! is the tenant provisioning API and its CLI client.
+//! and [`config`] are the `laneway serve` process around it all; [`lanes`]
+//! puts every request and body byte through the weighted fair-share lanes
+//! in front of s3s, with [`metrics`] for `/metrics`; [`admin`] is the
+//! tenant provisioning API (and `/metrics`) and its CLI client.
 
 pub mod acl;
 pub mod admin;
@@ -39,8 +41,10 @@ pub mod copy;
 pub mod delete;
 pub mod error;
 pub mod get;
+pub mod lanes;
 pub mod list;
 pub mod meta;
+pub mod metrics;
 pub mod multipart;
 pub mod names;
 pub mod opclass;

@@ -13,6 +13,8 @@
 //! Every request gets an id (returned as `x-amz-request-id`) and a tracing
 //! span carrying it, the method, the path (never the query string, which
 //! can hold presigned signatures) and, once authenticated, the tenant.
+//! Then it goes through the lanes ([`crate::lanes::LaneGate`]: fair-share
+//! admission, paced bodies, metrics) into s3s.
 //!
 //! Shutdown: stop accepting, let in-flight requests finish for the grace
 //! period (a second signal cuts it short), then `Store::shutdown`, which
@@ -22,6 +24,7 @@ use crate::admin::boot::{self, Tenancy};
 use crate::auth::{KeyAuth, KeyCache, TenantAccess};
 use crate::config::ServeConfig;
 use crate::context::{Gateway, RequestInfo};
+use crate::lanes::{LaneGate, LaneState};
 use crate::names::BucketNames;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -133,11 +136,13 @@ async fn serve_store(
     addr: SocketAddr,
     store: Arc<Store>,
 ) -> Result<(), ServeError> {
-    let tenancy = boot::start(cfg, Arc::clone(&store)).await?;
+    let lanes = Arc::new(LaneState::new(cfg.lanes.clone()));
+    let tenancy = boot::start(cfg, Arc::clone(&store), Arc::clone(&lanes)).await?;
     print_banner(cfg, &tenancy, addr);
     tracing::info!(%addr, data_dir = %cfg.data_dir.display(), region = %cfg.region, "laneway serving");
     let service = build_service(store, &cfg.region, &tenancy.keys);
-    accept_until_signal(listener, service, cfg).await;
+    let gate = Arc::new(LaneGate::new(lanes, Arc::clone(&tenancy.keys)));
+    accept_until_signal(listener, service, gate, cfg).await;
     Ok(())
 }
 
@@ -227,7 +232,12 @@ fn paste_addr(addr: SocketAddr) -> SocketAddr {
     }
 }
 
-async fn accept_until_signal(listener: TcpListener, service: S3Service, cfg: &ServeConfig) {
+async fn accept_until_signal(
+    listener: TcpListener,
+    service: S3Service,
+    gate: Arc<LaneGate>,
+    cfg: &ServeConfig,
+) {
     let graceful = GracefulShutdown::new();
     let builder = auto::Builder::new(TokioExecutor::new());
     let ids = Arc::new(RequestIds::new());
@@ -235,7 +245,7 @@ async fn accept_until_signal(listener: TcpListener, service: S3Service, cfg: &Se
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _peer)) => serve_one(stream, &builder, &graceful, &service, &ids),
+                Ok((stream, _peer)) => serve_one(stream, &builder, &graceful, (&service, &gate), &ids),
                 Err(e) => {
                     // Typically EMFILE: back off instead of spinning.
                     tracing::warn!(error = %e, "accept failed");
@@ -264,15 +274,18 @@ fn serve_one(
     stream: TcpStream,
     builder: &auto::Builder<TokioExecutor>,
     graceful: &GracefulShutdown,
-    service: &S3Service,
+    (service, gate): (&S3Service, &Arc<LaneGate>),
     ids: &Arc<RequestIds>,
 ) {
     if let Err(e) = stream.set_nodelay(true) {
         tracing::debug!(error = %e, "TCP_NODELAY not set");
     }
     let service = service.clone();
+    let gate = Arc::clone(gate);
     let ids = Arc::clone(ids);
-    let svc = hyper::service::service_fn(move |req| handle(service.clone(), Arc::clone(&ids), req));
+    let svc = hyper::service::service_fn(move |req| {
+        handle(service.clone(), Arc::clone(&gate), Arc::clone(&ids), req)
+    });
     let conn = builder
         .serve_connection(TokioIo::new(stream), svc)
         .into_owned();
@@ -284,9 +297,11 @@ fn serve_one(
     });
 }
 
-/// One request: id, span, the s3s service, the request-id header.
+/// One request: id, span, the lanes and the s3s service behind them, the
+/// request-id header.
 async fn handle(
     service: S3Service,
+    gate: Arc<LaneGate>,
     ids: Arc<RequestIds>,
     mut req: http::Request<Incoming>,
 ) -> Result<HttpResponse, HttpError> {
@@ -304,10 +319,7 @@ async fn handle(
     });
     let is_head = req.method() == http::Method::HEAD;
     let started = Instant::now();
-    let mut result = service
-        .call(req.map(s3s::Body::from))
-        .instrument(span.clone())
-        .await;
+    let mut result = gate.call(&service, req, &id).instrument(span.clone()).await;
     let _enter = span.enter();
     match &mut result {
         Ok(resp) => finish(resp, &id, is_head, started),

@@ -1,15 +1,17 @@
 //! Handlers of the admin API: JSON in, JSON out, over the tenant registry
 //! and the store.
 //!
-//! Every change made here invalidates the S3 key cache of this process,
-//! so it takes effect at once on this gateway (other gateways pick it up
-//! within the cache TTL). Deleting a tenant that owns buckets is refused
+//! Every change made here invalidates the S3 key cache of this process
+//! and re-applies tenant weights and caps to the lanes, so it takes effect
+//! at once on this gateway (other gateways pick it up within the cache TTL
+//! and the lanes' 2 s refresh). Deleting a tenant that owns buckets is refused
 //! (409 `tenant_not_empty`) unless `?purge=true`: then the tenant is first
 //! suspended (its keys stop working), its objects and buckets are deleted,
 //! and only then the tenant and its keys are removed. A purge that fails
 //! half-way leaves a suspended tenant that can be purged again.
 
 use crate::auth::KeyCache;
+use crate::lanes::LaneState;
 use crate::quota::tenant_usage;
 use laneway_store::{ListEntry, ListQuery, Resume, Store, TenantId};
 use laneway_tenancy::{
@@ -30,6 +32,9 @@ pub struct AdminState {
     pub keys: Arc<KeyCache>,
     /// The store (usage, purge).
     pub store: Arc<Store>,
+    /// The lanes: tenant weights and caps are re-applied after every
+    /// change; `/metrics` renders them.
+    pub lanes: Arc<LaneState>,
 }
 
 /// A failed admin request: HTTP status, short code, message.
@@ -178,20 +183,32 @@ impl AdminState {
             Route::CreateKey => {
                 let spec: KeySpec = body(bytes)?;
                 let k = reg.create_key(param(params, 0)?, spec)?;
-                self.keys.invalidate_all();
+                self.changed();
                 return Ok((201, to_json(&CreatedKey::from(k))?));
             }
             Route::ListKeys => to_json(&json!({ "keys": reg.keys(param(params, 0)?)? }))?,
             Route::RevokeKey => to_json(&reg.revoke_key(param(params, 0)?, param(params, 1)?)?)?,
             Route::RotateKey => {
                 let k = reg.rotate_key(param(params, 0)?, param(params, 1)?)?;
-                self.keys.invalidate_all();
+                self.changed();
                 return Ok((201, to_json(&CreatedKey::from(k))?));
             }
             Route::Usage => self.usage(param(params, 0)?)?,
         };
-        self.keys.invalidate_all();
+        self.changed();
         Ok((200, out))
+    }
+
+    /// After a change: forget cached keys and apply weights and caps, so
+    /// the change takes effect at once on this gateway.
+    fn changed(&self) {
+        self.keys.invalidate_all();
+        self.lanes.sync(&self.registry);
+    }
+
+    /// The Prometheus text of `GET /metrics`.
+    pub fn metrics(&self) -> String {
+        self.lanes.render(&self.registry)
     }
 
     fn create_tenant(&self, b: CreateTenantBody) -> Result<(u16, Value), ApiError> {
@@ -210,7 +227,7 @@ impl AdminState {
             },
         };
         let (tenant, key) = self.registry.create_tenant(spec)?;
-        self.keys.invalidate_all();
+        self.changed();
         tracing::info!(tenant = %tenant.id, name = %tenant.name, "tenant created");
         let out = json!({ "tenant": to_json(&tenant)?, "key": to_json(&CreatedKey::from(key))? });
         Ok((201, out))
@@ -256,7 +273,7 @@ impl AdminState {
         }
         if !buckets.is_empty() {
             self.registry.set_status(&t.id, TenantStatus::Suspended)?;
-            self.keys.invalidate_all();
+            self.changed();
             for b in &buckets {
                 purge_bucket(&self.store, b).await?;
                 self.store.delete_bucket(&id, &b.name).await?;

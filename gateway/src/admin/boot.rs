@@ -1,6 +1,7 @@
 //! Start-up of tenancy inside `laneway serve`: open the registry (creating
-//! the default tenant on a new data directory), settle the admin token,
-//! bind the admin listener and start serving it.
+//! the default tenant on a new data directory), apply tenant weights and
+//! caps to the lanes, settle the admin token, bind the admin listener and
+//! start serving it.
 //!
 //! The admin token is `--admin-token` / `LANEWAY_ADMIN_TOKEN` when given
 //! (never written anywhere), else the content of
@@ -11,6 +12,7 @@ use super::api::AdminState;
 use super::server::{AdminToken, serve_admin};
 use crate::auth::KeyCache;
 use crate::config::ServeConfig;
+use crate::lanes::LaneState;
 use crate::serve::ServeError;
 use laneway_store::Store;
 use laneway_tenancy::persist::{create_private_dir, write_private_file};
@@ -33,8 +35,14 @@ pub struct Tenancy {
     pub new_token: Option<(Secret, PathBuf)>,
 }
 
-/// Open the registry and start the admin API.
-pub async fn start(cfg: &ServeConfig, store: Arc<Store>) -> Result<Tenancy, ServeError> {
+/// Open the registry, apply its tenants' weights and caps to `lanes`
+/// (and keep them applied), and start the admin API (which also serves
+/// `lanes`' `/metrics`).
+pub async fn start(
+    cfg: &ServeConfig,
+    store: Arc<Store>,
+    lanes: Arc<LaneState>,
+) -> Result<Tenancy, ServeError> {
     let initial = cfg
         .initial_key
         .clone()
@@ -42,6 +50,8 @@ pub async fn start(cfg: &ServeConfig, store: Arc<Store>) -> Result<Tenancy, Serv
     let master = std::env::var(laneway_tenancy::crypt::MASTER_KEY_ENV).ok();
     let (registry, boot) = Registry::open(&cfg.data_dir, master.as_deref(), initial)?;
     let keys = Arc::new(KeyCache::new(Arc::new(registry)));
+    lanes.sync(keys.registry());
+    lanes.spawn_refresh(Arc::clone(keys.registry()));
     let (token, new_token) = admin_token(cfg)?;
     let bind_err = |source| ServeError::Bind {
         addr: cfg.admin_listen.clone(),
@@ -55,6 +65,7 @@ pub async fn start(cfg: &ServeConfig, store: Arc<Store>) -> Result<Tenancy, Serv
         registry: Arc::clone(keys.registry()),
         keys: Arc::clone(&keys),
         store,
+        lanes,
     });
     tokio::spawn(serve_admin(listener, state, AdminToken(token)));
     tracing::info!(%admin_addr, "admin API serving");

@@ -5,7 +5,8 @@
 //!   against `docs/admin-api.yaml` by a test) and path matching.
 //! - [`api`]: the handlers, on top of the tenant [`laneway_tenancy::Registry`]
 //!   and the store (usage, purge).
-//! - [`server`]: the listener, bearer-token check, JSON error bodies.
+//! - [`server`]: the listener, bearer-token check, JSON error bodies, and
+//!   `GET /metrics` (Prometheus text of the lanes, same token).
 //! - [`client`] and [`cli`]: `laneway admin ...`.
 //!
 //! The API is for operators: it is guarded by one bearer token (compared

@@ -4,6 +4,11 @@
 //! wrong token is 401 before anything else is looked at. The token is
 //! compared in constant time. Bodies are limited to 64 KiB. Errors are
 //! `{"error": "<code>", "message": "..."}` with a 4xx/5xx status.
+//!
+//! `GET /metrics` (outside the JSON route table) answers the Prometheus
+//! text of [`crate::lanes::LaneState::render`]; it needs the same token
+//! (Prometheus: `authorization: { credentials_file: ... }`), because
+//! tenant names and traffic are not for everyone on the network.
 
 use super::api::{AdminState, ApiError};
 use super::routes::{Matched, matching};
@@ -18,6 +23,9 @@ use tokio::net::TcpListener;
 
 /// Largest accepted request body.
 const MAX_BODY: usize = 64 * 1024;
+
+/// Prometheus scrape path (same bearer token as the API).
+pub const METRICS_PATH: &str = "/metrics";
 
 /// The operator token of the admin API.
 #[derive(Clone, Debug)]
@@ -76,6 +84,9 @@ async fn handle(
             message: "missing or wrong bearer token".into(),
         });
     }
+    if req.method() == http::Method::GET && req.uri().path() == METRICS_PATH {
+        return metrics(state);
+    }
     let (route, params) = match matching(req.method(), req.uri().path()) {
         Matched::Route(r, p) => (r, p),
         Matched::MethodNotAllowed => {
@@ -117,6 +128,15 @@ fn json(status: u16, value: &serde_json::Value) -> Response<Full<Bytes>> {
     resp.headers_mut().insert(
         http::header::CONTENT_TYPE,
         http::HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+fn metrics(state: &AdminState) -> Response<Full<Bytes>> {
+    let mut resp = Response::new(Full::new(Bytes::from(state.metrics())));
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
     );
     resp
 }

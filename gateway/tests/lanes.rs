@@ -1,0 +1,360 @@
+//! End-to-end checks of the lanes layer on the real binary: requests past
+//! the capacity and queue bounds get `503 SlowDown` with `Retry-After` and
+//! an S3 XML body while nothing reaches the store, requests succeed again
+//! once capacity frees, and `/metrics` on the admin listener counts what
+//! happened per tenant and operation (and follows weight changes made
+//! through the admin API).
+//!
+//! Contention is made deterministic, not timed: a client that stops
+//! reading a large GET leaves the server holding the body chunk it is
+//! sending, and with `--lanes-capacity 1` that chunk holds the whole
+//! capacity until the client reads on.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, Request, Response};
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use laneway_bench::S3Client;
+use laneway_bench::sign::Signer;
+use laneway_gateway::admin::client::AdminClient;
+use serde_json::json;
+
+const TOKEN: &str = "lanes-test-admin-token-0123456789";
+
+/// A running server, its endpoints and first credentials.
+struct Server {
+    child: Child,
+    s3: String,
+    admin: AdminClient,
+    access: String,
+    secret: String,
+}
+
+impl Server {
+    fn start(data_dir: &Path, extra: &[&str]) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_laneway"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--admin-listen"])
+            .args(["127.0.0.1:0", "--partitions", "2", "--admin-token", TOKEN])
+            .args(extra)
+            .arg("--data-dir")
+            .arg(data_dir)
+            .env_remove("LANEWAY_MASTER_KEY")
+            .env_remove("LANEWAY_ACCESS_KEY")
+            .env_remove("LANEWAY_SECRET_KEY")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn laneway");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut seen = Vec::new();
+        for line in BufReader::new(stdout).lines() {
+            let line = line.expect("read stdout");
+            if let Some(addr) = line.strip_prefix("laneway listening on http://") {
+                let export = |var: &str| {
+                    let prefix = format!("export {var}=");
+                    seen.iter()
+                        .find_map(|l: &String| l.strip_prefix(&prefix))
+                        .expect("credentials in the banner")
+                        .to_string()
+                };
+                let admin = seen
+                    .iter()
+                    .find_map(|l| l.strip_prefix("laneway admin listening on "))
+                    .expect("admin line");
+                return Server {
+                    s3: addr.to_string(),
+                    admin: AdminClient::new(admin, TOKEN).expect("admin client"),
+                    access: export("AWS_ACCESS_KEY_ID"),
+                    secret: export("AWS_SECRET_ACCESS_KEY"),
+                    child,
+                };
+            }
+            seen.push(line);
+        }
+        let _ = child.kill();
+        let status = child.wait();
+        panic!("laneway exited before listening ({status:?}): {seen:?}");
+    }
+
+    fn client(&self) -> S3Client {
+        S3Client::new(&format!("http://{}", self.s3), &self.access, &self.secret)
+            .expect("s3 client")
+            .with_timeout(Duration::from_secs(60))
+    }
+
+    async fn metrics(&self) -> String {
+        let (status, body) = self
+            .admin
+            .raw(Method::GET, "/metrics", None, Some(TOKEN))
+            .await
+            .expect("scrape");
+        assert_eq!(status, 200);
+        String::from_utf8(body.to_vec()).expect("utf-8")
+    }
+
+    /// The id of the default tenant (the metrics label).
+    async fn default_tenant(&self) -> String {
+        let (_, t) = self
+            .admin
+            .call(Method::GET, "/v1/tenants/default", None)
+            .await
+            .expect("tenant");
+        t["id"].as_str().expect("id").to_string()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The value of the sample `name` in Prometheus text, if present.
+fn sample(text: &str, name: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// Sends one request on its own connection and returns the response
+/// with its body unread (the connection stops reading with it).
+async fn send(authority: &str, req: Request<Empty<Bytes>>) -> Response<Incoming> {
+    let stream = tokio::net::TcpStream::connect(authority)
+        .await
+        .expect("connect");
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .expect("handshake");
+    tokio::spawn(conn);
+    sender.send_request(req).await.expect("response")
+}
+
+/// A signed GET of `path`, in origin form.
+fn signed_get(server: &Server, path: &str) -> Request<Empty<Bytes>> {
+    let mut req = Request::get(format!("http://{}{path}", server.s3))
+        .header(http::header::HOST, &server.s3)
+        .body(Empty::new())
+        .expect("request");
+    Signer::new(&server.access, &server.secret)
+        .sign(&mut req)
+        .expect("sign");
+    *req.uri_mut() = path.parse().expect("path");
+    req
+}
+
+/// Waits until the stalled GET holds the whole capacity: one unit in
+/// flight and no more bytes going out between two scrapes.
+async fn wait_stalled(server: &Server, tenant: &str) {
+    let out = format!("laneway_bytes_out_total{{tenant=\"{tenant}\",op=\"GetObject\"}}");
+    let mut last = None;
+    for _ in 0..300 {
+        let m = server.metrics().await;
+        let now = sample(&m, &out);
+        if sample(&m, "laneway_lanes_in_flight_units") == Some(1) && now.is_some() && now == last {
+            return;
+        }
+        last = now;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the GET never stalled");
+}
+
+/// Waits until no units are in flight.
+async fn wait_idle(server: &Server) {
+    for _ in 0..300 {
+        let m = server.metrics().await;
+        if sample(&m, "laneway_lanes_in_flight_units") == Some(0) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("units stayed in flight");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_bounds_requests_get_slowdown_then_succeed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(
+        dir.path(),
+        &[
+            "--lanes-capacity",
+            "1",
+            "--lanes-queue",
+            "1",
+            "--lanes-max-wait-ms",
+            "50",
+        ],
+    );
+    let tenant = server.default_tenant().await;
+    let client = server.client();
+    client.create_bucket("lanes").await.expect("bucket");
+    let big = laneway_bench::content::pattern(7, 32 << 20);
+    client
+        .put_object("lanes", "big", big.clone())
+        .await
+        .expect("put big");
+    client
+        .put_object("lanes", "small", Bytes::from_static(b"hello"))
+        .await
+        .expect("put small");
+
+    let stalled = send(&server.s3, signed_get(&server, "/lanes/big")).await;
+    assert_eq!(stalled.status(), 200);
+    wait_stalled(&server, &tenant).await;
+
+    // Signed requests of the tenant: one waits 50 ms, the rest find the
+    // lane full; all are refused.
+    let burst = (0..6).map(|_| client.head_object("lanes", "small"));
+    for r in futures::future::join_all(burst).await {
+        let e = r.expect_err("refused while the capacity is held");
+        assert_eq!(e.status(), Some(503), "{e}");
+    }
+    let e = client
+        .put_object("lanes", "refused", Bytes::from_static(b"x"))
+        .await
+        .expect_err("refused");
+    assert_eq!(e.code(), Some("SlowDown"), "{e}");
+
+    // An unsigned request (the anonymous lane) shows the full answer.
+    let req = Request::get("/lanes/small")
+        .header(http::header::HOST, &server.s3)
+        .body(Empty::new())
+        .expect("request");
+    let refused = send(&server.s3, req).await;
+    assert_eq!(refused.status(), 503);
+    assert_eq!(refused.headers()[http::header::RETRY_AFTER], "1");
+    let id = refused.headers()["x-amz-request-id"].clone();
+    let body = refused
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes();
+    let text = String::from_utf8_lossy(&body);
+    assert!(text.contains("<Code>SlowDown</Code>"), "{text}");
+    assert!(text.contains("<Message>Please reduce your request rate.</Message>"));
+    assert!(text.contains(&format!(
+        "<RequestId>{}</RequestId>",
+        id.to_str().expect("id")
+    )));
+
+    // The stalled reader reads on: its object is intact, and the capacity
+    // serves everyone again.
+    let got = stalled
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes();
+    assert_eq!(got.len(), big.len());
+    assert!(got == big, "object bytes differ");
+    wait_idle(&server).await;
+    let small = client.get_object("lanes", "small").await.expect("get");
+    assert_eq!(small.body, Bytes::from_static(b"hello"));
+    let e = client
+        .get_object("lanes", "refused")
+        .await
+        .expect_err("never stored");
+    assert_eq!(e.code(), Some("NoSuchKey"));
+
+    let m = server.metrics().await;
+    let rejected = |op: &str, reason: &str| {
+        let name = format!(
+            "laneway_rejections_total{{tenant=\"{tenant}\",op=\"{op}\",reason=\"{reason}\"}}"
+        );
+        sample(&m, &name).unwrap_or(0)
+    };
+    assert_eq!(
+        rejected("HeadObject", "queue_full") + rejected("HeadObject", "wait_timeout"),
+        6,
+        "{m}"
+    );
+    let anon =
+        "laneway_request_errors_total{tenant=\"anonymous\",op=\"GetObject\",code=\"SlowDown\"}";
+    assert_eq!(sample(&m, anon), Some(1), "{m}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_requests_per_tenant_and_operation() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(dir.path(), &[]);
+    let tenant = server.default_tenant().await;
+    let client = server.client();
+    client.create_bucket("metrics").await.expect("bucket");
+    for i in 0..3 {
+        let body = Bytes::from(vec![b'a'; 1000]);
+        client
+            .put_object("metrics", &format!("k{i}"), body)
+            .await
+            .expect("put");
+    }
+    let got = client.get_object("metrics", "k1").await.expect("get");
+    assert_eq!(got.body.len(), 1000);
+    let e = client
+        .head_object("metrics", "nope")
+        .await
+        .expect_err("missing");
+    assert_eq!(e.status(), Some(404));
+    let req = Request::get("/")
+        .header(http::header::HOST, &server.s3)
+        .body(Empty::new())
+        .expect("request");
+    assert_eq!(send(&server.s3, req).await.status(), 403);
+
+    let m = server.metrics().await;
+    let at = |metric: &str, op: &str| {
+        sample(&m, &format!("{metric}{{tenant=\"{tenant}\",op=\"{op}\"}}"))
+    };
+    assert_eq!(at("laneway_requests_total", "PutObject"), Some(3), "{m}");
+    assert_eq!(at("laneway_bytes_in_total", "PutObject"), Some(3000));
+    assert_eq!(
+        at("laneway_cost_units_total", "PutObject"),
+        Some(3 * 4096 + 3000)
+    );
+    assert_eq!(
+        at("laneway_request_duration_seconds_count", "PutObject"),
+        Some(3)
+    );
+    assert_eq!(at("laneway_queue_wait_seconds_count", "PutObject"), Some(3));
+    assert_eq!(at("laneway_queue_depth", "PutObject"), Some(0));
+    assert_eq!(at("laneway_requests_total", "GetObject"), Some(1));
+    assert_eq!(at("laneway_bytes_out_total", "GetObject"), Some(1000));
+    assert_eq!(at("laneway_requests_total", "CreateBucket"), Some(1));
+    let missing = format!(
+        "laneway_request_errors_total{{tenant=\"{tenant}\",op=\"HeadObject\",code=\"NoSuchKey\"}}"
+    );
+    assert_eq!(sample(&m, &missing), Some(1), "{m}");
+    let anon = "laneway_request_errors_total{tenant=\"anonymous\",op=\"ListBuckets\",code=\"AccessDenied\"}";
+    assert_eq!(sample(&m, anon), Some(1), "{m}");
+    let weight = format!("laneway_lane_weight{{tenant=\"{tenant}\"}}");
+    assert_eq!(sample(&m, &weight), Some(1));
+    assert!(m.contains(&format!(
+        "laneway_tenant_info{{tenant=\"{tenant}\",name=\"default\"}} 1"
+    )));
+
+    // A weight set through the admin API is applied at once.
+    server
+        .admin
+        .call(
+            Method::PATCH,
+            "/v1/tenants/default",
+            Some(&json!({ "weight": 7 })),
+        )
+        .await
+        .expect("patch");
+    assert_eq!(sample(&server.metrics().await, &weight), Some(7));
+
+    // The scrape needs the admin token.
+    let (status, _) = server
+        .admin
+        .raw(Method::GET, "/metrics", None, None)
+        .await
+        .expect("unauthenticated scrape");
+    assert_eq!(status, 401);
+}
