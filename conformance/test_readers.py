@@ -9,6 +9,9 @@ client is never a silent pass."""
 from __future__ import annotations
 
 import importlib
+import os
+import subprocess
+from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
@@ -105,22 +108,37 @@ def test_directory_markers_and_prefix_head(s3, bucket):
     assert [o["Key"] for o in inside["Contents"]] == ["dir/", "dir/child.txt"]
 
 
-def test_s3fs_ls_open_read(server, s3, bucket):
-    s3fs = need(
-        "s3fs",
-        "s3fs needs aiobotocore, which pins botocore below the version this suite pins "
-        "(boto3/botocore 1.44.8 in requirements.txt), so it cannot share this venv yet.",
+READERS = Path(__file__).parent / "readers"
+
+
+def readers_python() -> str:
+    """The readers venv's interpreter (made by scripts/test.sh); missing is a failure."""
+    py = os.environ.get("LANEWAY_READERS_PYTHON") or str(Path(__file__).parent.parent / ".venv-readers/bin/python")
+    if not Path(py).exists():
+        pytest.fail(f"readers venv missing ({py}); scripts/test.sh creates it from conformance/readers/requirements.txt", pytrace=False)
+    return py
+
+
+def run_reader(script: str, *args: str, timeout: int = 300) -> None:
+    proc = subprocess.run(
+        [readers_python(), str(READERS / script), *args], capture_output=True, text=True, timeout=timeout
     )
+    assert proc.returncode == 0, f"{script} failed:\n{proc.stdout}\n{proc.stderr[-4000:]}"
+
+
+def test_s3fs_ls_open_read(server, s3, bucket):
     s3.put_object(Bucket=bucket, Key="fs/a.txt", Body=b"alpha")
     s3.put_object(Bucket=bucket, Key="fs/sub/b.txt", Body=b"bravo" * 1000)
-    fs = s3fs.S3FileSystem(
-        key=server.access_key,
-        secret=server.secret_key,
-        client_kwargs={"endpoint_url": server.endpoint, "region_name": server.region},
-    )
-    assert sorted(fs.ls(f"{bucket}/fs")) == [f"{bucket}/fs/a.txt", f"{bucket}/fs/sub"]
-    with fs.open(f"{bucket}/fs/sub/b.txt", "rb") as f:
-        f.seek(5)
-        assert f.read(5) == b"bravo"
-    assert fs.cat(f"{bucket}/fs/a.txt") == b"alpha"
-    assert fs.info(f"{bucket}/fs/sub")["type"] == "directory"
+    run_reader("s3fs_check.py", server.endpoint, server.access_key, server.secret_key, server.region, bucket)
+    assert s3.get_object(Bucket=bucket, Key="fs/written.bin")["Body"].read() == b"\x00\x01" * 4096
+
+
+def test_ray_read_parquet(server, bucket):
+    pa = need("pyarrow")
+    pq = need("pyarrow.parquet")
+    fs = arrow_fs(server)
+    rows = 3000
+    for i in range(3):
+        part = pa.table({"n": list(range(i * 1000, (i + 1) * 1000))})
+        pq.write_table(part, f"{bucket}/ds/part-{i}.parquet", filesystem=fs)
+    run_reader("ray_check.py", server.endpoint, server.access_key, server.secret_key, server.region, bucket, str(rows))

@@ -102,6 +102,28 @@ else
     echo "venv up to date"
 fi
 
+step "python venv (.venv-readers) from conformance/readers/requirements.txt"
+# s3fs (aiobotocore) pins an older botocore than the main venv's boto3 and
+# aws CLI, so the readers get their own venv; test_readers.py runs its
+# reader scripts with this interpreter.
+RVENV="$ROOT/.venv-readers"
+if [[ -d "$RVENV" ]] && ! "$RVENV/bin/python" -c 'import sys' >/dev/null 2>&1; then
+    rm -rf "$RVENV"
+fi
+if [[ ! -x "$RVENV/bin/python" ]]; then
+    "$PYTHON" -m venv "$RVENV"
+fi
+RREQ="conformance/readers/requirements.txt"
+RSTAMP="$RVENV/.requirements.sha256"
+RREQ_HASH="$(sha256sum "$RREQ" | cut -d' ' -f1)"
+if [[ ! -f "$RSTAMP" || "$(cat "$RSTAMP")" != "$RREQ_HASH" ]]; then
+    "$RVENV/bin/python" -m pip install --quiet --disable-pip-version-check -r "$RREQ"
+    echo "$RREQ_HASH" >"$RSTAMP"
+else
+    echo "readers venv up to date"
+fi
+export LANEWAY_READERS_PYTHON="$RVENV/bin/python"
+
 step "pytest conformance/ (LANEWAY_BIN=$LANEWAY_BIN)"
 set +e
 # shellcheck disable=SC2086  # PYTEST_ARGS is meant to split into words

@@ -123,11 +123,21 @@ pub async fn upload_part(
         tags: Vec::new(),
         checksum: computed.as_ref().map(checksum::Computed::slot),
     };
+    // A part adds no object yet; its bytes are held against the quota while
+    // it streams (completion checks the whole object).
+    let write = crate::quota::Write {
+        bucket: &bucket,
+        key: None,
+        bytes: length,
+        objects: 0,
+    };
+    let reserved = gw.quotas().reserve(gw.store(), &ctx, write)?;
     let info = gw
         .store()
         .upload_part(&bucket, &input.key, &input.upload_id, number, opts, stream)
         .await
         .map_err(|e| faults.explain(e))?;
+    drop(reserved);
     let sums = part_sums(info.checksum.as_ref());
     Ok(S3Response::new(UploadPartOutput {
         e_tag: Some(ETag::Strong(info.etag)),
@@ -197,6 +207,14 @@ pub async fn complete_multipart_upload(
     let bucket = gw.bucket(&ctx, &input.bucket)?;
     let cond = write_cond(input.if_match.as_ref(), input.if_none_match.as_ref())?;
     let parts = listed_parts(input.multipart_upload)?;
+    let size = completed_size(gw, &bucket, &input.key, &input.upload_id, &parts)?;
+    let write = crate::quota::Write {
+        bucket: &bucket,
+        key: Some(&input.key),
+        bytes: size,
+        objects: 1,
+    };
+    let reserved = gw.quotas().reserve(gw.store(), &ctx, write)?;
     let info = gw
         .store()
         .complete_multipart_upload_with(
@@ -208,6 +226,7 @@ pub async fn complete_multipart_upload(
             Some(composite::combiner()),
         )
         .await?;
+    drop(reserved);
     tracing::debug!(bucket = %bucket.name, key = %input.key, size = info.size, "upload completed");
     let sums = part_sums(info.checksum.as_ref());
     Ok(S3Response::new(CompleteMultipartUploadOutput {
@@ -223,6 +242,22 @@ pub async fn complete_multipart_upload(
         checksum_type: info.checksum.as_ref().map(composite::type_of),
         ..Default::default()
     }))
+}
+
+/// The size the object will have once the listed parts are joined (for the
+/// quota check; parts the upload does not hold count as 0 and completion
+/// refuses them anyway).
+fn completed_size(
+    gw: &Gateway,
+    bucket: &laneway_store::BucketInfo,
+    key: &str,
+    upload_id: &str,
+    parts: &[laneway_store::multipart::ListedPart],
+) -> GwResult<u64> {
+    let (stored, _) = gw.store().list_parts(bucket, key, upload_id, 0, 10_000)?;
+    let sizes: std::collections::HashMap<u32, u64> =
+        stored.iter().map(|p| (p.number, p.size)).collect();
+    Ok(parts.iter().filter_map(|p| sizes.get(&p.number)).sum())
 }
 
 /// AbortMultipartUpload (204).
