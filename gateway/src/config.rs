@@ -44,7 +44,8 @@ pub struct ServeArgs {
     pub data_dir: PathBuf,
 
     /// Address to listen on for S3 requests (port 0 picks a free port; the
-    /// bound address is printed as `laneway listening on http://ADDR`).
+    /// bound address is printed as `laneway listening on http://ADDR`, or
+    /// `https://ADDR` with --tls-cert).
     #[arg(long, env = "LANEWAY_LISTEN", default_value = "127.0.0.1:9000")]
     pub listen: String,
 
@@ -125,6 +126,20 @@ pub struct ServeArgs {
     /// Longest a request waits for admission before 503 SlowDown, in ms.
     #[arg(long, env = "LANEWAY_LANES_MAX_WAIT_MS", default_value_t = 5000)]
     pub lanes_max_wait_ms: u64,
+
+    /// PEM certificate chain (leaf first): serve HTTPS instead of HTTP
+    /// (the listening line then says `https://ADDR`). Needs --tls-key.
+    #[arg(long, env = "LANEWAY_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// PEM private key (PKCS#8, PKCS#1 or SEC1) of --tls-cert.
+    #[arg(long, env = "LANEWAY_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+
+    /// Base domain for virtual-hosted-style requests: `Host: BUCKET.NAME`
+    /// addresses BUCKET. Path-style requests keep working.
+    #[arg(long, env = "LANEWAY_DOMAIN")]
+    pub domain: Option<String>,
 }
 
 /// Default of `--lanes-capacity`: 8 MiB, 32 body chunks of 256 KiB (see
@@ -158,6 +173,10 @@ pub struct ServeConfig {
     pub admin_token: Option<Secret>,
     /// Settings of the lanes.
     pub lanes: LanesConfig,
+    /// HTTPS certificate chain and key files (PEM), if TLS is on.
+    pub tls: Option<(PathBuf, PathBuf)>,
+    /// Base domain of virtual-hosted-style requests, if any.
+    pub domain: Option<crate::vhost::BucketDomain>,
 }
 
 impl ServeArgs {
@@ -212,8 +231,15 @@ impl ServeArgs {
         {
             return Err("--admin-token must be at least 16 printable characters".into());
         }
+        let domain = self
+            .domain
+            .as_deref()
+            .map(crate::vhost::BucketDomain::new)
+            .transpose()?;
         Ok(ServeConfig {
             lanes,
+            tls: self.tls_cert.zip(self.tls_key),
+            domain,
             data_dir: self.data_dir,
             listen: self.listen,
             region: self.region,
@@ -355,5 +381,30 @@ mod tests {
         assert!(parse(&["laneway", "serve", "--engine", "rocks"]).is_err());
         assert!(parse(&["laneway", "serve", "--upload-max-age-hours", "0"]).is_err());
         assert!(parse(&["laneway", "serve", "--access-key", "AKIAX"]).is_err());
+        assert!(parse(&["laneway", "serve", "--tls-cert", "c.pem"]).is_err());
+        assert!(parse(&["laneway", "serve", "--domain", "s3.example.com:9000"]).is_err());
+    }
+
+    #[test]
+    fn tls_and_domain_flags() {
+        let d = parse(&["laneway", "serve"]).expect("ok");
+        assert!(d.tls.is_none() && d.domain.is_none());
+        let c = parse(&[
+            "laneway",
+            "serve",
+            "--tls-cert",
+            "c.pem",
+            "--tls-key",
+            "k.pem",
+            "--domain",
+            "s3.example.com",
+        ])
+        .expect("ok");
+        assert_eq!(
+            c.tls,
+            Some((PathBuf::from("c.pem"), PathBuf::from("k.pem")))
+        );
+        let domain = c.domain.expect("domain");
+        assert_eq!(domain.bucket_of("b.s3.example.com:1"), Some("b"));
     }
 }

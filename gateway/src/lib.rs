@@ -25,7 +25,9 @@
 //! and [`config`] are the `laneway serve` process around it all; [`lanes`]
 //! puts every request and body byte through the weighted fair-share lanes
 //! in front of s3s, with [`metrics`] for `/metrics`; [`admin`] is the
-//! tenant provisioning API (and `/metrics`) and its CLI client.
+//! tenant provisioning API (and `/metrics`) and its CLI client; [`tls`]
+//! serves HTTPS (`--tls-cert/--tls-key`) and [`vhost`] virtual-hosted-style
+//! bucket addressing (`--domain`).
 
 pub mod acl;
 pub mod admin;
@@ -56,7 +58,9 @@ pub mod range;
 pub mod s3;
 pub mod serve;
 pub mod tagging;
+pub mod tls;
 pub mod token;
 pub mod uploads;
+pub mod vhost;
 
 pub use context::Gateway;

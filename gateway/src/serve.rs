@@ -6,7 +6,8 @@
 //! the first start of a data directory, ready-to-paste `export` lines with
 //! the new credentials; on later starts, the access key id and where its
 //! secret is kept (never the secret). Always, last, one machine-readable
-//! line `laneway listening on http://ADDR` with the bound address (tests
+//! line `laneway listening on http://ADDR` (`https://` with `--tls-cert`,
+//! see [`crate::tls`]) with the bound address (tests
 //! start with `--listen 127.0.0.1:0` and read the port from it). Logs go to
 //! stderr.
 //!
@@ -40,6 +41,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::TlsAcceptor;
 use tracing::Instrument;
 
 /// Why `serve` could not start or stop cleanly.
@@ -67,6 +69,9 @@ pub enum ServeError {
         /// Why.
         source: std::io::Error,
     },
+    /// The TLS certificate or key would not load.
+    #[error("cannot set up TLS: {0}")]
+    Tls(#[from] crate::tls::TlsError),
     /// A blocking task panicked.
     #[error("background task failed: {0}")]
     Task(#[from] tokio::task::JoinError),
@@ -116,11 +121,15 @@ pub async fn run(cfg: ServeConfig) -> Result<(), ServeError> {
     };
     let listener = TcpListener::bind(&cfg.listen).await.map_err(bind_err)?;
     let addr = listener.local_addr().map_err(bind_err)?;
+    let tls = match &cfg.tls {
+        Some((cert, key)) => Some(crate::tls::acceptor(cert, key)?),
+        None => None,
+    };
     let store = open_store(&cfg).await?;
     // Abort stale uploads and reclaim volume space in the background.
     store.start_compactor(COMPACT_EVERY, COMPACT_MIN_GARBAGE, cfg.upload_max_age);
 
-    let served = serve_store(&cfg, listener, addr, Arc::clone(&store)).await;
+    let served = serve_store(&cfg, (listener, tls), addr, Arc::clone(&store)).await;
 
     tracing::info!("syncing and closing the store");
     tokio::task::spawn_blocking(move || store.shutdown()).await?;
@@ -132,7 +141,7 @@ pub async fn run(cfg: ServeConfig) -> Result<(), ServeError> {
 /// Credentials, banner, then requests until a shutdown signal.
 async fn serve_store(
     cfg: &ServeConfig,
-    listener: TcpListener,
+    listener: (TcpListener, Option<TlsAcceptor>),
     addr: SocketAddr,
     store: Arc<Store>,
 ) -> Result<(), ServeError> {
@@ -140,7 +149,7 @@ async fn serve_store(
     let tenancy = boot::start(cfg, Arc::clone(&store), Arc::clone(&lanes)).await?;
     print_banner(cfg, &tenancy, addr);
     tracing::info!(%addr, data_dir = %cfg.data_dir.display(), region = %cfg.region, "laneway serving");
-    let service = build_service(store, &cfg.region, &tenancy.keys);
+    let service = build_service(store, cfg, &tenancy.keys);
     let gate = Arc::new(LaneGate::new(lanes, Arc::clone(&tenancy.keys)));
     accept_until_signal(listener, service, gate, cfg).await;
     Ok(())
@@ -156,8 +165,11 @@ async fn open_store(cfg: &ServeConfig) -> Result<Arc<Store>, ServeError> {
     Ok(tokio::task::spawn_blocking(move || Store::open(&dir, scfg)).await??)
 }
 
-fn build_service(store: Arc<Store>, region: &str, keys: &Arc<KeyCache>) -> S3Service {
-    let mut builder = S3ServiceBuilder::new(Gateway::new(store, region.to_string()));
+fn build_service(store: Arc<Store>, cfg: &ServeConfig, keys: &Arc<KeyCache>) -> S3Service {
+    let mut builder = S3ServiceBuilder::new(Gateway::new(store, cfg.region.clone()));
+    if let Some(domain) = &cfg.domain {
+        builder.set_host(domain.clone());
+    }
     builder.set_auth(KeyAuth::new(Arc::clone(keys)));
     builder.set_access(TenantAccess::new(Arc::clone(keys)));
     builder.set_validation(BucketNames);
@@ -167,7 +179,8 @@ fn build_service(store: Arc<Store>, region: &str, keys: &Arc<KeyCache>) -> S3Ser
 /// The first-start paste block, or the later-start reminder, then the
 /// machine-readable listening line; flushed so a parent process sees it.
 fn print_banner(cfg: &ServeConfig, tenancy: &Tenancy, addr: SocketAddr) {
-    let endpoint = format!("http://{}", paste_addr(addr));
+    let scheme = if cfg.tls.is_some() { "https" } else { "http" };
+    let endpoint = format!("{scheme}://{}", paste_addr(addr));
     let admin = format!("http://{}", paste_addr(tenancy.admin_addr));
     let registry = tenancy.keys.registry().path().display();
     let mut text = String::new();
@@ -208,7 +221,7 @@ fn print_banner(cfg: &ServeConfig, tenancy: &Tenancy, addr: SocketAddr) {
         ));
     }
     text.push_str(&format!("laneway admin listening on {admin}\n"));
-    text.push_str(&format!("laneway listening on http://{addr}\n"));
+    text.push_str(&format!("laneway listening on {scheme}://{addr}\n"));
     let mut out = std::io::stdout().lock();
     if out
         .write_all(text.as_bytes())
@@ -233,7 +246,7 @@ fn paste_addr(addr: SocketAddr) -> SocketAddr {
 }
 
 async fn accept_until_signal(
-    listener: TcpListener,
+    (listener, tls): (TcpListener, Option<TlsAcceptor>),
     service: S3Service,
     gate: Arc<LaneGate>,
     cfg: &ServeConfig,
@@ -245,7 +258,7 @@ async fn accept_until_signal(
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _peer)) => serve_one(stream, &builder, &graceful, (&service, &gate), &ids),
+                Ok((stream, _peer)) => serve_one(stream, (&builder, tls.as_ref()), &graceful, (&service, &gate), &ids),
                 Err(e) => {
                     // Typically EMFILE: back off instead of spinning.
                     tracing::warn!(error = %e, "accept failed");
@@ -272,7 +285,7 @@ async fn accept_until_signal(
 
 fn serve_one(
     stream: TcpStream,
-    builder: &auto::Builder<TokioExecutor>,
+    (builder, tls): (&auto::Builder<TokioExecutor>, Option<&TlsAcceptor>),
     graceful: &GracefulShutdown,
     (service, gate): (&S3Service, &Arc<LaneGate>),
     ids: &Arc<RequestIds>,
@@ -286,6 +299,21 @@ fn serve_one(
     let svc = hyper::service::service_fn(move |req| {
         handle(service.clone(), Arc::clone(&gate), Arc::clone(&ids), req)
     });
+    if let Some(acceptor) = tls {
+        // Handshake in the connection's task: a bad client never stalls
+        // or stops the accept loop.
+        let (acceptor, builder, watcher) = (acceptor.clone(), builder.clone(), graceful.watcher());
+        tokio::spawn(async move {
+            let Some(stream) = crate::tls::handshake(&acceptor, stream).await else {
+                return;
+            };
+            let conn = builder.serve_connection(TokioIo::new(stream), svc);
+            if let Err(e) = watcher.watch(conn.into_owned()).await {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+        });
+        return;
+    }
     let conn = builder
         .serve_connection(TokioIo::new(stream), svc)
         .into_owned();
