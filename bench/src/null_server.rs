@@ -83,6 +83,8 @@ impl Drop for NullServer {
 async fn accept_loop(listener: TcpListener, body: Bytes) {
     loop {
         let Ok((stream, _)) = listener.accept().await else {
+            // Out of file descriptors or similar: back off instead of spinning.
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
             continue;
         };
         let _ = stream.set_nodelay(true);

@@ -26,13 +26,37 @@ pub fn elements<'a>(xml: &'a str, tag: &str) -> impl Iterator<Item = &'a str> + 
     let open = format!("<{tag}>");
     let close = format!("</{tag}>");
     let mut rest = xml;
-    std::iter::from_fn(move || {
-        let start = rest.find(&open)? + open.len();
-        let len = rest[start..].find(&close)?;
-        let inner = &rest[start..start + len];
-        rest = &rest[start + len + close.len()..];
-        Some(inner)
-    })
+    std::iter::from_fn(move || next_between(&mut rest, &open, &close))
+}
+
+/// Text between the next `open` and the `close` after it, advancing `rest`
+/// past `close`. Takes the markers whole so hot loops need not format them.
+fn next_between<'a>(rest: &mut &'a str, open: &str, close: &str) -> Option<&'a str> {
+    let start = rest.find(open)? + open.len();
+    let len = rest[start..].find(close)?;
+    let inner = &rest[start..start + len];
+    *rest = &rest[start + len + close.len()..];
+    Some(inner)
+}
+
+/// Decoded text of the first `<tag>` element inside `block`, given its
+/// literal markers.
+fn inner_text<'a>(block: &'a str, open: &str, close: &str) -> Option<Cow<'a, str>> {
+    let mut rest = block;
+    next_between(&mut rest, open, close).map(unescape)
+}
+
+/// Decoded texts of `<child>` inside each `<parent>` block, in order;
+/// `None` if a block lacks its child.
+fn child_texts(xml: &str, parent: &str, child: &str) -> Option<Vec<String>> {
+    let (p_open, p_close) = (format!("<{parent}>"), format!("</{parent}>"));
+    let (c_open, c_close) = (format!("<{child}>"), format!("</{child}>"));
+    let mut rest = xml;
+    let mut out = Vec::new();
+    while let Some(block) = next_between(&mut rest, &p_open, &p_close) {
+        out.push(inner_text(block, &c_open, &c_close)?.into_owned());
+    }
+    Some(out)
 }
 
 /// Decoded text of the first `<tag>` element, if any.
@@ -92,14 +116,9 @@ pub fn parse_list_v2(xml: &str) -> Result<ListPage, String> {
     if !xml.contains("<ListBucketResult") {
         return Err("no ListBucketResult element".to_owned());
     }
-    let keys = elements(xml, "Contents")
-        .map(|c| first_text(c, "Key").map(Cow::into_owned))
-        .collect::<Option<Vec<_>>>()
-        .ok_or("Contents without Key")?;
-    let prefixes = elements(xml, "CommonPrefixes")
-        .map(|c| first_text(c, "Prefix").map(Cow::into_owned))
-        .collect::<Option<Vec<_>>>()
-        .ok_or("CommonPrefixes without Prefix")?;
+    let keys = child_texts(xml, "Contents", "Key").ok_or("Contents without Key")?;
+    let prefixes =
+        child_texts(xml, "CommonPrefixes", "Prefix").ok_or("CommonPrefixes without Prefix")?;
     let is_truncated = first_text(xml, "IsTruncated").is_some_and(|t| t.trim() == "true");
     let next_token = first_text(xml, "NextContinuationToken")
         .map(Cow::into_owned)
