@@ -2,7 +2,7 @@
 addressing (`--domain`) with real clients at their default configuration.
 
 This module starts its own laneway process (TLS on, `--domain` set) with a
-self-signed certificate for 127.0.0.1 made by `openssl req -x509`. boto3
+self-signed certificate for 127.0.0.1 made with `cryptography`. boto3
 trusts it through `verify=<cert>`, the aws CLI through AWS_CA_BUNDLE. Over
 HTTPS: put/get, a 20 MiB `upload_file` (multipart, aws-chunked bodies with
 CRC32 trailers) byte-exact with its stored checksum returned under
@@ -56,16 +56,44 @@ def _binary() -> Path:
 
 
 def _self_signed(dir_: Path) -> tuple[Path, Path]:
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl not installed")
-    cert, key = dir_ / "cert.pem", dir_ / "key.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
-         "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True,
+    """A self-signed certificate for 127.0.0.1/localhost, made with the
+    `cryptography` package (from requirements.txt: no openssl CLI needed)."""
+    import datetime as dt
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = dt.datetime.now(dt.timezone.utc)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=2))
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
+            ),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
     )
-    return cert, key
+    cert, key_path = dir_ / "cert.pem", dir_ / "key.pem"
+    cert.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    return cert, key_path
 
 
 class TlsServer:
@@ -163,7 +191,7 @@ def test_upload_file_multipart_over_https(s3s, tls_bucket, tmp_path):
 def test_aws_cli_cp_100mib_over_https(tls_server, s3s, tls_bucket, tmp_path):
     aws = shutil.which("aws", path=str(REPO_ROOT / ".venv/bin")) or shutil.which("aws")
     if aws is None:
-        pytest.skip("aws CLI not installed")
+        pytest.fail("aws CLI not found in .venv/bin or PATH (pip install -r conformance/requirements.txt)")
     src, down = tmp_path / "up.bin", tmp_path / "down.bin"
     with open(src, "wb") as f:
         for _ in range(100):

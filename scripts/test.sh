@@ -8,7 +8,8 @@
 #   4. cargo nextest run --release (Rust unit and integration tests)
 #   5. the conformance suite (pytest + boto3 + aws CLI, conformance/) against
 #      target/release/laneway, from a venv at .venv built from
-#      conformance/requirements.txt
+#      conformance/requirements.txt (and .venv-readers from
+#      conformance/readers/requirements.txt, for readers whose pins clash)
 #
 # Needs: a Rust toolchain with rustfmt, clippy and cargo-nextest; python3
 # (>= 3.9) with the venv module; network access to crates.io and PyPI the
@@ -75,53 +76,44 @@ if ! cargo nextest run --workspace --release ${NEXTEST_ARGS:-}; then
 fi
 
 # --- 5. conformance suite ------------------------------------------------------
-step "python venv (.venv) from conformance/requirements.txt"
 PYTHON="${PYTHON:-python3}"
 if ! "$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 9) else 1)'; then
     echo "error: $PYTHON is older than 3.9" >&2
     exit 1
 fi
-VENV="$ROOT/.venv"
-# Recreate a venv that no longer runs (moved checkout, removed interpreter).
-if [[ -d "$VENV" ]] && ! "$VENV/bin/python" -c 'import sys' >/dev/null 2>&1; then
-    echo "recreating broken venv at $VENV"
-    rm -rf "$VENV"
-fi
-if [[ ! -x "$VENV/bin/python" ]]; then
-    "$PYTHON" -m venv "$VENV"
-fi
-# Reinstall only when requirements.txt changed since the last install.
-REQ="conformance/requirements.txt"
-STAMP="$VENV/.requirements.sha256"
-REQ_HASH="$(sha256sum "$REQ" | cut -d' ' -f1)"
-if [[ ! -f "$STAMP" || "$(cat "$STAMP")" != "$REQ_HASH" ]]; then
-    # pip uses its cache (~/.cache/pip, or PIP_CACHE_DIR) when there is one.
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r "$REQ"
-    echo "$REQ_HASH" >"$STAMP"
-else
-    echo "venv up to date"
-fi
 
-step "python venv (.venv-readers) from conformance/readers/requirements.txt"
+# ensure_venv DIR REQUIREMENTS: create DIR as a venv (again, if it no longer
+# runs: moved checkout, removed interpreter) and install REQUIREMENTS into it,
+# only when the file changed since the last install. pip uses its cache
+# (~/.cache/pip, or PIP_CACHE_DIR) when there is one.
+ensure_venv() {
+    local venv="$1" req="$2"
+    step "python venv ${venv#"$ROOT"/} from $req"
+    if [[ -d "$venv" ]] && ! "$venv/bin/python" -c 'import sys' >/dev/null 2>&1; then
+        echo "recreating broken venv at $venv"
+        rm -rf "$venv"
+    fi
+    if [[ ! -x "$venv/bin/python" ]]; then
+        "$PYTHON" -m venv "$venv"
+    fi
+    local stamp="$venv/.requirements.sha256" hash
+    hash="$(sha256sum "$req" | cut -d' ' -f1)"
+    if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$hash" ]]; then
+        "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$req"
+        echo "$hash" >"$stamp"
+    else
+        echo "up to date"
+    fi
+}
+
+VENV="$ROOT/.venv"
+ensure_venv "$VENV" conformance/requirements.txt
+
 # s3fs (aiobotocore) pins an older botocore than the main venv's boto3 and
 # aws CLI, so the readers get their own venv; test_readers.py runs its
 # reader scripts with this interpreter.
 RVENV="$ROOT/.venv-readers"
-if [[ -d "$RVENV" ]] && ! "$RVENV/bin/python" -c 'import sys' >/dev/null 2>&1; then
-    rm -rf "$RVENV"
-fi
-if [[ ! -x "$RVENV/bin/python" ]]; then
-    "$PYTHON" -m venv "$RVENV"
-fi
-RREQ="conformance/readers/requirements.txt"
-RSTAMP="$RVENV/.requirements.sha256"
-RREQ_HASH="$(sha256sum "$RREQ" | cut -d' ' -f1)"
-if [[ ! -f "$RSTAMP" || "$(cat "$RSTAMP")" != "$RREQ_HASH" ]]; then
-    "$RVENV/bin/python" -m pip install --quiet --disable-pip-version-check -r "$RREQ"
-    echo "$RREQ_HASH" >"$RSTAMP"
-else
-    echo "readers venv up to date"
-fi
+ensure_venv "$RVENV" conformance/readers/requirements.txt
 export LANEWAY_READERS_PYTHON="$RVENV/bin/python"
 
 step "pytest conformance/ (LANEWAY_BIN=$LANEWAY_BIN)"
