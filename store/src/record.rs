@@ -182,12 +182,7 @@ impl StoredObject {
 
     /// Decode a value read from the index.
     pub fn decode(bytes: &[u8]) -> StoreResult<StoredObject> {
-        match bytes.split_first() {
-            Some((&FORMAT_V1, rest)) => bincode::deserialize(rest)
-                .map_err(|e| StoreError::Corrupt(format!("object record: {e}"))),
-            Some((v, _)) => Err(StoreError::Corrupt(format!("unknown record format {v}"))),
-            None => Err(StoreError::Corrupt("empty object record".into())),
-        }
+        decode_object_value(bytes)
     }
 
     /// The gateway's view of this record under `key`.
@@ -202,6 +197,17 @@ impl StoredObject {
             parts: self.parts,
             checksum: self.checksum.clone(),
         }
+    }
+}
+
+/// Decode an object record value (or its leading fields) after checking
+/// its format byte; bincode ignores the fields a shorter type leaves out.
+fn decode_object_value<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> StoreResult<T> {
+    match bytes.split_first() {
+        Some((&FORMAT_V1, rest)) => bincode::deserialize(rest)
+            .map_err(|e| StoreError::Corrupt(format!("object record: {e}"))),
+        Some((v, _)) => Err(StoreError::Corrupt(format!("unknown record format {v}"))),
+        None => Err(StoreError::Corrupt("empty object record".into())),
     }
 }
 
@@ -336,12 +342,7 @@ pub struct ListSummary {
 impl ListSummary {
     /// Decode the summary from a full record value (trailing fields ignored).
     pub fn decode(bytes: &[u8]) -> StoreResult<ListSummary> {
-        match bytes.split_first() {
-            Some((&FORMAT_V1, rest)) => bincode::deserialize(rest)
-                .map_err(|e| StoreError::Corrupt(format!("object record: {e}"))),
-            Some((v, _)) => Err(StoreError::Corrupt(format!("unknown record format {v}"))),
-            None => Err(StoreError::Corrupt("empty object record".into())),
-        }
+        decode_object_value(bytes)
     }
 
     /// A listing's view of the object (no metadata or tags).
