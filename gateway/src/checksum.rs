@@ -281,6 +281,21 @@ impl Stream for Verified {
     }
 }
 
+/// [`verify`] when the client asked for a checksum; the body unchanged otherwise.
+pub fn verify_requested(
+    body: BodyStream,
+    req: Option<Request>,
+    faults: &FaultSlot,
+) -> (BodyStream, Option<Computed>) {
+    match req {
+        Some(r) => {
+            let (s, c) = verify(body, r, faults);
+            (s, Some(c))
+        }
+        None => (body, None),
+    }
+}
+
 /// Wrap `body` so it fails at its end unless it matches `req`.
 pub fn verify(body: BodyStream, req: Request, faults: &FaultSlot) -> (BodyStream, Computed) {
     let computed = Computed::default();

@@ -110,13 +110,7 @@ pub async fn upload_part(
         .transpose()?;
 
     let (stream, faults) = body::upload(input.body);
-    let (stream, computed) = match wanted {
-        Some(w) => {
-            let (s, c) = checksum::verify(stream, w, &faults);
-            (s, Some(c))
-        }
-        None => (stream, None),
-    };
+    let (stream, computed) = checksum::verify_requested(stream, wanted, &faults);
     let opts = PutOptions {
         content_md5,
         content_length: Some(length),

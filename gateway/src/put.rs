@@ -109,13 +109,7 @@ pub async fn put_object(
 
     let (stream, faults) = body::upload(input.body);
     let algo = wanted.as_ref().map(|w| w.algo);
-    let (stream, computed) = match wanted {
-        Some(w) => {
-            let (s, c) = checksum::verify(stream, w, &faults);
-            (s, Some(c))
-        }
-        None => (stream, None),
-    };
+    let (stream, computed) = checksum::verify_requested(stream, wanted, &faults);
     let opts = PutOptions {
         content_md5,
         content_length: Some(length),
