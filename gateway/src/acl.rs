@@ -82,6 +82,22 @@ pub async fn get_bucket_acl(
     Ok(S3Response::new(GetBucketAclOutput { owner, grants }))
 }
 
+/// The object an object-ACL call names must exist (NoSuchKey otherwise),
+/// as the only version there is ("null").
+fn existing_object(
+    gw: &Gateway,
+    ctx: &ReqCtx,
+    bucket: &str,
+    key: &str,
+    version: Option<&str>,
+) -> GwResult<()> {
+    check_key(key)?;
+    crate::get::check_version_id(version)?;
+    let bucket = gw.bucket(ctx, bucket)?;
+    gw.store().head_object(&bucket, key)?;
+    Ok(())
+}
+
 /// GetObjectAcl.
 pub async fn get_object_acl(
     gw: &Gateway,
@@ -89,10 +105,13 @@ pub async fn get_object_acl(
 ) -> GwResult<S3Response<GetObjectAclOutput>> {
     let ctx = ReqCtx::of(&req)?;
     let input = &req.input;
-    check_key(&input.key)?;
-    crate::get::check_version_id(input.version_id.as_deref())?;
-    let bucket = gw.bucket(&ctx, &input.bucket)?;
-    gw.store().head_object(&bucket, &input.key)?;
+    existing_object(
+        gw,
+        &ctx,
+        &input.bucket,
+        &input.key,
+        input.version_id.as_deref(),
+    )?;
     let (owner, grants) = full_control(&ctx.tenant);
     Ok(S3Response::new(GetObjectAclOutput {
         owner,
@@ -128,10 +147,13 @@ pub async fn put_object_acl(
 ) -> GwResult<S3Response<PutObjectAclOutput>> {
     let ctx = ReqCtx::of(&req)?;
     let input = &req.input;
-    check_key(&input.key)?;
-    crate::get::check_version_id(input.version_id.as_deref())?;
-    let bucket = gw.bucket(&ctx, &input.bucket)?;
-    gw.store().head_object(&bucket, &input.key)?;
+    existing_object(
+        gw,
+        &ctx,
+        &input.bucket,
+        &input.key,
+        input.version_id.as_deref(),
+    )?;
     check_object_acl(input.acl.as_ref())?;
     check_no_grants(&[
         input.access_control_policy.is_some(),
