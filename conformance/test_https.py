@@ -6,7 +6,9 @@ self-signed certificate for 127.0.0.1 made with `cryptography`. boto3
 trusts it through `verify=<cert>`, the aws CLI through AWS_CA_BUNDLE. Over
 HTTPS: put/get, a 20 MiB `upload_file` (multipart, aws-chunked bodies with
 CRC32 trailers) byte-exact with its stored checksum returned under
-ChecksumMode=ENABLED, and `aws s3 cp` of 100 MiB up and down.
+ChecksumMode=ENABLED, and `aws s3 cp` of 100 MiB up and down, whose stored
+checksum (head-object --checksum-mode ENABLED) must equal the composite
+CRC32 computed here from the file at the CLI's 8 MiB part boundaries.
 
 Virtual-hosted style: `*.localhost` does not resolve here, so those
 requests go to 127.0.0.1 with an explicit `Host: BUCKET.DOMAIN:PORT`
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -215,6 +218,38 @@ def test_aws_cli_cp_100mib_over_https(tls_server, s3s, tls_bucket, tmp_path):
         for chunk in iter(lambda: b.read(MIB), b""):
             h_down.update(chunk)
     assert h_src.digest() == h_down.digest()
+
+    # The stored checksum is the one the CLI computed. At its defaults this
+    # aws CLI creates the upload with x-amz-checksum-algorithm CRC32 (type
+    # COMPOSITE, seen with --debug), sends each 8 MiB part with its CRC32 in
+    # an aws-chunked trailer, and repeats the part CRC32s on completion: the
+    # object's checksum is CRC32 over the parts' raw CRC32s, "-13" for 13
+    # parts. Computed here from the file's bytes at the CLI's part
+    # boundaries, independently of the server.
+    expected = _composite_crc32(src, 8 * MIB)
+    head = subprocess.run(
+        [aws, "--endpoint-url", tls_server.endpoint, "s3api", "head-object", "--bucket", tls_bucket,
+         "--key", "cli/big.bin", "--checksum-mode", "ENABLED"],
+        env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert head.returncode == 0, head.stderr
+    stored = json.loads(head.stdout)
+    assert stored.get("ChecksumCRC32") == expected, stored
+    assert stored.get("ChecksumType") == "COMPOSITE", stored
+    # The part boundaries the server kept are the CLI's 8 MiB chunks.
+    attrs = s3s.get_object_attributes(Bucket=tls_bucket, Key="cli/big.bin", ObjectAttributes=["ObjectParts"])
+    sizes = [p["Size"] for p in attrs["ObjectParts"]["Parts"]]
+    assert sizes == [8 * MIB] * 12 + [4 * MIB]
+
+
+def _composite_crc32(path: Path, part_size: int) -> str:
+    """A COMPOSITE CRC32 as S3 defines it: base64 of the CRC32 of the
+    concatenated big-endian part CRC32s, then "-N"."""
+    raw = b""
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(part_size), b""):
+            raw += zlib.crc32(chunk).to_bytes(4, "big")
+    return f"{_crc32_b64(raw)}-{len(raw) // 4}"
 
 
 def _signed(tls_server, method: str, bucket: str, path: str, body: bytes = b"") -> requests.Response:

@@ -45,6 +45,9 @@ pub enum Mode {
     Null(NullArgs),
     /// 4 KiB append + fdatasync loop: durable appends per second.
     Fsync(FsyncArgs),
+    /// Several tenants at once, each with its own key, weight, concurrency
+    /// and mix; per-tenant throughput, latency and share per phase.
+    Tenants(TenantsArgs),
 }
 
 /// Where to send requests and as whom.
@@ -170,6 +173,37 @@ pub struct FillArgs {
     pub dirs: u64,
 }
 
+/// Arguments of `tenants`.
+#[derive(Debug, Clone, Args)]
+pub struct TenantsArgs {
+    /// S3 endpoint; loopback addresses only.
+    #[arg(long, default_value = "http://127.0.0.1:9000")]
+    pub endpoint: String,
+    /// Admin API endpoint (tenants are created there; `/metrics` is read
+    /// for the cost each tenant was served); loopback only.
+    #[arg(long, default_value = "http://127.0.0.1:9001")]
+    pub admin_endpoint: String,
+    /// Admin bearer token.
+    #[arg(long, env = "LANEWAY_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: String,
+    /// One tenant: `name,weight=N,conc=N,size=S,mix=op:w+op:w,objects=N,start=S,stop=S`
+    /// (repeat the flag for each tenant).
+    #[arg(long = "tenant", required = true)]
+    pub tenants: Vec<String>,
+    /// Measured seconds (after warm-up).
+    #[arg(long, default_value_t = 20)]
+    pub duration: u64,
+    /// Seconds of unmeasured load (by tenants starting at 0) first.
+    #[arg(long, default_value_t = 2)]
+    pub warmup: u64,
+    /// Seed for key choice and payloads.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Per-request timeout in seconds (raised automatically for big objects).
+    #[arg(long, default_value_t = 60)]
+    pub timeout: u64,
+}
+
 /// Arguments of `null`.
 #[derive(Debug, Clone, Args)]
 pub struct NullArgs {
@@ -208,20 +242,7 @@ pub const MAX_CONCURRENCY: usize = 4096;
 impl ConnArgs {
     /// Rejects endpoints that are not http on a loopback address.
     pub fn validate(&self) -> Result<(), String> {
-        let uri: Uri = self
-            .endpoint
-            .parse()
-            .map_err(|e| format!("--endpoint: {e}"))?;
-        let host = uri.host().ok_or("--endpoint: no host")?;
-        let host = host.trim_start_matches('[').trim_end_matches(']');
-        let loopback =
-            host == "localhost" || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback());
-        if !loopback {
-            return Err(format!(
-                "--endpoint {}: only loopback addresses are allowed",
-                self.endpoint
-            ));
-        }
+        check_loopback("--endpoint", &self.endpoint)?;
         if self.bucket.is_empty() {
             return Err("--bucket must not be empty".to_owned());
         }
@@ -233,6 +254,20 @@ impl ConnArgs {
     pub fn timeout_for(&self, size: u64) -> Duration {
         Duration::from_secs(self.timeout.max(size / 10_000_000 + 30))
     }
+}
+
+/// Refuses `endpoint` (given as `flag`) unless it is on a loopback address.
+pub fn check_loopback(flag: &str, endpoint: &str) -> Result<(), String> {
+    let uri: Uri = endpoint.parse().map_err(|e| format!("{flag}: {e}"))?;
+    let host = uri.host().ok_or(format!("{flag}: no host"))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let loopback = host == "localhost" || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback());
+    if !loopback {
+        return Err(format!(
+            "{flag} {endpoint}: only loopback addresses are allowed"
+        ));
+    }
+    Ok(())
 }
 
 impl WorkArgs {

@@ -13,12 +13,14 @@
 //!   `cpu` (loader and server CPU seconds per request);
 //! - modes: `workload` (timed put/get/head/tag/mixed), `fill` (bulk load
 //!   and key naming), `list` (LIST walks), `null_server` (the ceiling),
-//!   `fsync` (the durable-append probe);
+//!   `fsync` (the durable-append probe), `tenants` (several tenants at
+//!   once, with `admin` to provision them and read the server's costs);
 //! - binary: `cli` (clap arguments) and `modes` (runs one mode, prints
 //!   its method and figures);
 //! - helpers: `content` (deterministic object bytes), `size` (`4KiB`),
 //!   `machine` (the machine line printed with every result).
 
+pub mod admin;
 pub mod body;
 pub mod cli;
 pub mod client;
@@ -37,6 +39,7 @@ pub mod report;
 pub mod rss;
 pub mod sign;
 pub mod size;
+pub mod tenants;
 pub mod workload;
 pub mod xml;
 

@@ -19,7 +19,7 @@ use crate::rss::RssSampler;
 use crate::workload::{self, Op, Workload, parse_mix};
 use crate::{fsync, histogram::Histogram};
 
-const CLIENT_METHOD: &str = "# client: hyper-util legacy client, HTTP/1.1 keep-alive pool, TCP_NODELAY; \
+pub(crate) const CLIENT_METHOD: &str = "# client: hyper-util legacy client, HTTP/1.1 keep-alive pool, TCP_NODELAY; \
 SigV4 header auth (us-east-1, s3, UNSIGNED-PAYLOAD), path-style URLs; \
 closed loop (each worker waits for the full answer); latency = request build to last body byte";
 
@@ -35,6 +35,7 @@ pub async fn run(mode: Mode) -> Result<(), String> {
         Mode::Fill(a) => fill_mode(a).await,
         Mode::Null(a) => null_mode(a).await,
         Mode::Fsync(a) => fsync_mode(a).await,
+        Mode::Tenants(a) => crate::tenants::run_mode(a).await,
     }
 }
 
@@ -49,7 +50,7 @@ fn client_for(conn: &ConnArgs, size: u64) -> Result<S3Client, String> {
     Ok(client.with_timeout(conn.timeout_for(size)))
 }
 
-fn workload_of(conn_bucket: &str, w: &WorkArgs, mix: Vec<(Op, u32)>) -> Workload {
+pub(crate) fn workload_of(conn_bucket: &str, w: &WorkArgs, mix: Vec<(Op, u32)>) -> Workload {
     Workload {
         bucket: conn_bucket.to_owned(),
         keys: KeySpace {
@@ -102,7 +103,7 @@ async fn finish_rss(sampler: Option<RssSampler>, pid: Option<u32>) {
 }
 
 /// PUTs the key space so reads find every key.
-async fn prepare(client: &S3Client, bucket: &str, w: &WorkArgs) -> Result<(), String> {
+pub(crate) async fn prepare(client: &S3Client, bucket: &str, w: &WorkArgs) -> Result<(), String> {
     let keys = KeySpace {
         prefix: w.key_prefix.clone(),
         dirs: 0,

@@ -142,11 +142,10 @@ pub async fn run(client: &S3Client, work: &Workload) -> RunResult {
         work.warmup
     };
     let measure_from = Instant::now() + warmup;
-    let payload_len = usize::try_from(work.size.min(PATTERN_LEN as u64)).unwrap_or(PATTERN_LEN);
     let shared = Arc::new(Shared {
         client: client.clone(),
         work: work.clone(),
-        payload: content::pattern(work.seed, payload_len),
+        payload: payload_for(work),
         issued: AtomicU64::new(0),
         measure_from,
         deadline: measure_from + work.duration,
@@ -168,7 +167,15 @@ pub async fn run(client: &S3Client, work: &Workload) -> RunResult {
     result
 }
 
-fn pick(mix: &[(Op, u32)], rng: &mut StdRng) -> Op {
+/// The PUT pattern of `work`: its object size, capped at 1 MiB (larger
+/// objects repeat it).
+pub fn payload_for(work: &Workload) -> Bytes {
+    let len = usize::try_from(work.size.min(PATTERN_LEN as u64)).unwrap_or(PATTERN_LEN);
+    content::pattern(work.seed, len)
+}
+
+/// One operation drawn from `mix` by weight.
+pub fn pick(mix: &[(Op, u32)], rng: &mut StdRng) -> Op {
     let total: u64 = mix.iter().map(|(_, w)| u64::from(*w)).sum();
     let mut roll = rng.random_range(0..total.max(1));
     for &(op, w) in mix {
@@ -198,7 +205,7 @@ async fn worker(sh: Arc<Shared>, id: u64) -> BTreeMap<Op, OpStats> {
             .work
             .keys
             .key(rng.random_range(0..sh.work.keys.count.max(1)));
-        let res = one_op(&sh, op, &key, id, &mut rng).await;
+        let res = one_op(&sh.client, &sh.work, &sh.payload, op, &key, id, &mut rng).await;
         if start < sh.measure_from {
             continue;
         }
@@ -210,19 +217,20 @@ async fn worker(sh: Arc<Shared>, id: u64) -> BTreeMap<Op, OpStats> {
     }
 }
 
-/// Sends one request; returns the payload bytes moved.
-async fn one_op(
-    sh: &Shared,
+/// Sends one request of `work` (`payload` is its PUT pattern); returns
+/// the payload bytes moved.
+pub async fn one_op(
+    c: &S3Client,
+    work: &Workload,
+    payload: &Bytes,
     op: Op,
     key: &str,
     worker: u64,
     rng: &mut StdRng,
 ) -> Result<u64, ClientError> {
-    let (c, bucket, size) = (&sh.client, sh.work.bucket.as_str(), sh.work.size);
+    let (bucket, size) = (work.bucket.as_str(), work.size);
     match op {
-        Op::Put => put_sized(c, bucket, key, size, &sh.payload)
-            .await
-            .map(|_| size),
+        Op::Put => put_sized(c, bucket, key, size, payload).await.map(|_| size),
         Op::Get => {
             let (_, n) = c.get_object_count(bucket, key).await?;
             if n != size {
@@ -241,7 +249,7 @@ async fn one_op(
             c.put_object_tagging(bucket, key, &tags).await.map(|_| 0)
         }
         Op::List => {
-            let prefix = sh.work.keys.prefix.as_str();
+            let prefix = work.keys.prefix.as_str();
             let list = ListRequest {
                 prefix: Some(prefix),
                 max_keys: Some(100),

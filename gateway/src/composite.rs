@@ -10,10 +10,19 @@
 //!   the whole object, obtained by combining the part CRCs with the parts'
 //!   lengths (`crc_fast::checksum_combine`), so no byte is read again.
 //!
-//! An upload created with an algorithm needs that algorithm on every part.
-//! One created without (boto3's low-level calls still send CRC32 per part)
-//! gets a checksum when every part carries the same algorithm, and none
-//! otherwise. The stored value's `-N` suffix tells the two types apart.
+//! An upload created with an algorithm needs that algorithm on every part:
+//! a part sent with another is refused at once ([`check_part`],
+//! `InvalidRequest` "Checksum Type mismatch", as AWS words it). One created
+//! without (boto3's low-level calls still send CRC32 per part) gets a
+//! checksum when every part carries the same algorithm, and none otherwise.
+//! The stored value's `-N` suffix tells the two types apart.
+//!
+//! CompleteMultipartUpload may repeat the whole object's checksum
+//! (`x-amz-checksum-*`, optionally `x-amz-checksum-type`): its algorithm
+//! and type must be the upload's ([`check_whole`]), and its value must
+//! equal the one derived from the parts, with or without the `-N` suffix;
+//! the comparison runs inside the completion ([`combiner`]), so a mismatch
+//! (`BadDigest`) completes nothing.
 
 use crate::checksum::{Algo, digest_b64};
 use crate::error::{GwError, GwResult};
@@ -86,20 +95,24 @@ pub fn type_of(c: &Checksum) -> ChecksumType {
 
 /// The checksum a CompleteMultipartUpload entry repeats for its part.
 pub fn listed(part: &CompletedPart) -> GwResult<Option<Checksum>> {
-    let all = [
+    single([
         (Algo::Crc32, &part.checksum_crc32),
         (Algo::Crc32c, &part.checksum_crc32c),
         (Algo::Crc64Nvme, &part.checksum_crc64nvme),
         (Algo::Sha1, &part.checksum_sha1),
         (Algo::Sha256, &part.checksum_sha256),
-    ];
+    ])
+}
+
+/// The one checksum among the five fields (InvalidRequest for several).
+fn single(all: [(Algo, &Option<String>); 5]) -> GwResult<Option<Checksum>> {
     let mut given = all
         .into_iter()
         .filter_map(|(a, v)| v.as_ref().map(|v| (a, v)));
     let first = given.next();
     if given.next().is_some() {
         return Err(GwError::InvalidRequest(
-            "A part may list a single checksum".into(),
+            "Expecting a single x-amz-checksum- value".into(),
         ));
     }
     Ok(first.map(|(a, v)| Checksum {
@@ -108,9 +121,104 @@ pub fn listed(part: &CompletedPart) -> GwResult<Option<Checksum>> {
     }))
 }
 
-/// The store's hook computing an object's checksum at completion.
-pub fn combiner() -> Combiner {
-    Combiner(Arc::new(combine))
+/// Refuse a part whose checksum algorithm is not the one its upload was
+/// created with (a part without a checksum is judged at completion).
+pub fn check_part(declared: Option<&UploadChecksum>, sent: Option<Algo>) -> GwResult<()> {
+    match (declared, sent) {
+        (Some(d), Some(a)) if !a.name().eq_ignore_ascii_case(&d.algorithm) => Err(
+            GwError::ChecksumTypeMismatch(d.algorithm.to_lowercase(), a.name().to_lowercase()),
+        ),
+        _ => Ok(()),
+    }
+}
+
+/// The whole-object checksum a CompleteMultipartUpload carries, if any,
+/// with the checksum type it names.
+pub struct Whole {
+    /// The checksum (algorithm and value as sent).
+    pub checksum: Checksum,
+    /// x-amz-checksum-type, if sent.
+    pub full_object: Option<bool>,
+}
+
+/// The whole-object checksum of a CompleteMultipartUpload (at most one
+/// `x-amz-checksum-*`).
+pub fn whole(
+    given: [(Algo, &Option<String>); 5],
+    ty: Option<&ChecksumType>,
+) -> GwResult<Option<Whole>> {
+    let Some(checksum) = single(given)? else {
+        return Ok(None);
+    };
+    let full_object = match ty.map(ChecksumType::as_str) {
+        None => None,
+        Some(ChecksumType::FULL_OBJECT) => Some(true),
+        Some(ChecksumType::COMPOSITE) => Some(false),
+        Some(other) => {
+            return Err(GwError::InvalidArgument(format!(
+                "Unknown checksum type {other}"
+            )));
+        }
+    };
+    Ok(Some(Whole {
+        checksum,
+        full_object,
+    }))
+}
+
+/// A whole-object checksum must use the upload's algorithm and type (an
+/// upload created without one is judged by the checksum its parts make).
+pub fn check_whole(declared: Option<&UploadChecksum>, whole: Option<&Whole>) -> GwResult<()> {
+    let (Some(d), Some(w)) = (declared, whole) else {
+        return Ok(());
+    };
+    let type_name = |full: bool| if full { "full_object" } else { "composite" };
+    if !w.checksum.algorithm.eq_ignore_ascii_case(&d.algorithm) {
+        return Err(GwError::ChecksumTypeMismatch(
+            d.algorithm.to_lowercase(),
+            w.checksum.algorithm.to_lowercase(),
+        ));
+    }
+    match w.full_object {
+        Some(full) if full != d.full_object => Err(GwError::ChecksumTypeMismatch(
+            type_name(d.full_object).into(),
+            type_name(full).into(),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// A composite checksum's value without its `-N` part count.
+pub fn without_part_count(value: &str) -> &str {
+    value.split_once('-').map_or(value, |(v, _)| v)
+}
+
+/// The store's hook computing an object's checksum at completion, and
+/// comparing it with the whole-object checksum the client sent, if any.
+pub fn combiner(expected: Option<Checksum>) -> Combiner {
+    Combiner(Arc::new(move |declared, parts| {
+        let got = combine(declared, parts)?;
+        verify_whole(expected.as_ref(), got.as_ref())?;
+        Ok(got)
+    }))
+}
+
+/// The derived checksum must be the one the client sent (the client may
+/// leave out a composite value's `-N`).
+fn verify_whole(expected: Option<&Checksum>, got: Option<&Checksum>) -> StoreResult<()> {
+    let Some(want) = expected else {
+        return Ok(());
+    };
+    let value = want.value.trim();
+    let matches = got.is_some_and(|g| {
+        g.algorithm.eq_ignore_ascii_case(&want.algorithm)
+            && (g.value == value || without_part_count(&g.value) == value)
+    });
+    if matches {
+        Ok(())
+    } else {
+        Err(StoreError::ChecksumMismatch(want.algorithm.clone()))
+    }
 }
 
 fn combine(
@@ -246,6 +354,61 @@ mod tests {
             combine(None, &[(Some(&c), n), (None, 1)]).expect("ok"),
             None
         );
+    }
+
+    #[test]
+    fn whole_object_checksums_are_compared_inside_the_completion() {
+        let chunks: [&[u8]; 2] = [b"abc", b"def"];
+        let parts: Vec<_> = chunks.iter().map(|c| part(Algo::Crc32, c)).collect();
+        let refs: Vec<_> = parts.iter().map(|(c, n)| (Some(c), *n)).collect();
+        let full = UploadChecksum {
+            algorithm: "CRC32".into(),
+            full_object: true,
+        };
+        let want = |v: String| {
+            Some(Checksum {
+                algorithm: "CRC32".into(),
+                value: v,
+            })
+        };
+        let good = combiner(want(digest_b64(Algo::Crc32, b"abcdef")));
+        assert!((good.0)(Some(&full), &refs).is_ok());
+        let bad = combiner(want(digest_b64(Algo::Crc32, b"abcdeX")));
+        assert!(matches!(
+            (bad.0)(Some(&full), &refs),
+            Err(StoreError::ChecksumMismatch(_))
+        ));
+        // Composite: with or without the -N suffix.
+        let composite = combine(None, &refs).expect("ok").expect("some");
+        let bare = without_part_count(&composite.value).to_string();
+        assert!((combiner(want(bare)).0)(None, &refs).is_ok());
+        assert!((combiner(want(composite.value)).0)(None, &refs).is_ok());
+    }
+
+    #[test]
+    fn part_and_whole_algorithms_must_be_the_uploads() {
+        let declared = UploadChecksum {
+            algorithm: "CRC32".into(),
+            full_object: false,
+        };
+        assert!(check_part(Some(&declared), Some(Algo::Crc32)).is_ok());
+        assert!(check_part(Some(&declared), None).is_ok());
+        assert!(check_part(None, Some(Algo::Sha1)).is_ok());
+        assert!(matches!(
+            check_part(Some(&declared), Some(Algo::Sha256)),
+            Err(GwError::ChecksumTypeMismatch(_, _))
+        ));
+        let w = |algorithm: &str, full_object| Whole {
+            checksum: Checksum {
+                algorithm: algorithm.into(),
+                value: "x".into(),
+            },
+            full_object,
+        };
+        assert!(check_whole(Some(&declared), Some(&w("CRC32", None))).is_ok());
+        assert!(check_whole(Some(&declared), Some(&w("CRC32C", None))).is_err());
+        assert!(check_whole(Some(&declared), Some(&w("CRC32", Some(true)))).is_err());
+        assert!(check_whole(None, Some(&w("SHA1", Some(true)))).is_ok());
     }
 
     #[test]

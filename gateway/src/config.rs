@@ -118,6 +118,11 @@ pub struct ServeArgs {
     #[arg(long, env = "LANEWAY_LANES_CAPACITY", default_value_t = DEFAULT_LANES_CAPACITY)]
     pub lanes_capacity: u64,
 
+    /// Cost units charged per request on top of its body bytes: what one
+    /// request costs the backend, in byte-equivalents.
+    #[arg(long, env = "LANEWAY_LANES_BASE_COST", default_value_t = DEFAULT_LANES_BASE_COST)]
+    pub lanes_base_cost: u64,
+
     /// Requests (and body chunks) a tenant may have waiting before new
     /// requests are refused with 503 SlowDown.
     #[arg(long, env = "LANEWAY_LANES_QUEUE", default_value_t = laneway_qos::DEFAULT_MAX_QUEUE_PER_TENANT)]
@@ -145,6 +150,9 @@ pub struct ServeArgs {
 /// Default of `--lanes-capacity`: 8 MiB, 32 body chunks of 256 KiB (see
 /// docs/qos.md for why).
 pub const DEFAULT_LANES_CAPACITY: u64 = 8 * 1024 * 1024;
+
+/// Default of `--lanes-base-cost` (see docs/qos.md for why).
+pub const DEFAULT_LANES_BASE_COST: u64 = 4 * 1024;
 
 /// Validated settings of `laneway serve`.
 #[derive(Debug, Clone)]
@@ -262,6 +270,12 @@ impl ServeArgs {
                 self.lanes_capacity
             ));
         }
+        if self.lanes_base_cost == 0 || self.lanes_base_cost > 1 << 40 {
+            return Err(format!(
+                "--lanes-base-cost must be from 1 to 1099511627776 units (got {})",
+                self.lanes_base_cost
+            ));
+        }
         if self.lanes_queue == 0 || self.lanes_queue > 1_000_000 {
             return Err(format!(
                 "--lanes-queue must be from 1 to 1000000 (got {})",
@@ -283,6 +297,7 @@ impl ServeArgs {
                 Mode::Fair
             },
             capacity_units: self.lanes_capacity,
+            base_cost: self.lanes_base_cost,
             max_queue_per_tenant: self.lanes_queue,
             max_wait,
             // A body chunk may wait longer than a new request, never less.
@@ -362,8 +377,12 @@ mod tests {
             "2",
             "--lanes-max-wait-ms",
             "50",
+            "--lanes-base-cost",
+            "7",
         ])
         .expect("ok");
+        assert_eq!(c.lanes.base_cost, 7);
+        assert_eq!(d.lanes.base_cost, DEFAULT_LANES_BASE_COST);
         assert_eq!(c.lanes.mode, Mode::Off);
         assert_eq!(c.lanes.capacity_units, 1);
         assert_eq!(c.lanes.max_queue_per_tenant, 2);
@@ -371,6 +390,7 @@ mod tests {
         assert!(parse(&["laneway", "serve", "--lanes", "maybe"]).is_err());
         assert!(parse(&["laneway", "serve", "--lanes-capacity", "0"]).is_err());
         assert!(parse(&["laneway", "serve", "--lanes-queue", "0"]).is_err());
+        assert!(parse(&["laneway", "serve", "--lanes-base-cost", "0"]).is_err());
         assert!(parse(&["laneway", "serve", "--lanes-max-wait-ms", "0"]).is_err());
     }
 

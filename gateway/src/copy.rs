@@ -114,9 +114,12 @@ fn check_self_cond(cond: &WriteCond, current: &ObjectInfo) -> GwResult<()> {
     }
 }
 
-/// A source stream that remembers whether reading it failed, so a failure
-/// on our side (corrupt source) is not reported as the client's.
-pub(crate) fn watched(stream: BodyStream) -> (BodyStream, Arc<AtomicBool>) {
+/// A copy's source stream, paced through the caller's lane (see
+/// [`crate::lanes::meter`]; `ext` are the request's extensions), that
+/// remembers whether reading it failed, so a failure on our side (corrupt
+/// source) is not reported as the client's.
+pub(crate) fn watched(stream: BodyStream, ext: &http::Extensions) -> (BodyStream, Arc<AtomicBool>) {
+    let stream = crate::lanes::meter::pace_copy(ext, stream);
     let failed = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&failed);
     let s = stream.map(move |chunk| {
@@ -215,7 +218,7 @@ pub async fn copy_object(
         checksum: info.checksum.clone().map(|c| Arc::new(OnceLock::from(c))),
     };
     let meta = new_meta.unwrap_or_else(|| info.meta.clone());
-    let (stream, source_failed) = watched(stream);
+    let (stream, source_failed) = watched(stream, &req.extensions);
     let write = crate::quota::Write {
         bucket: &dst,
         key: Some(&input.key),

@@ -63,6 +63,13 @@ pub enum GwError {
     ContentSha256Mismatch,
     /// The body does not match its x-amz-checksum-* value (algorithm name).
     ChecksumMismatch(&'static str),
+    /// An upload's part or completion names another checksum algorithm or
+    /// type than its CreateMultipartUpload (expected, actual; lower case,
+    /// `null` for none, as AWS words it).
+    ChecksumTypeMismatch(String, String),
+    /// A browser-form upload (PostObject) breaks its POST policy (403
+    /// AccessDenied "Invalid according to Policy: ...").
+    PolicyViolation(String),
     /// The body ended early or went away.
     IncompleteBody,
     /// The caller may not do this.
@@ -154,6 +161,10 @@ fn from_store(e: StoreError) -> S3Error {
             C::EntityTooSmall,
             "Your proposed upload is smaller than the minimum allowed object size.",
         ),
+        StoreError::ChecksumMismatch(algo) => msg(
+            C::BadDigest,
+            format!("The {algo} you specified did not match the calculated checksum."),
+        ),
         StoreError::InvalidArgument(m) => msg(C::InvalidArgument, m),
         StoreError::ShuttingDown => msg(
             C::ServiceUnavailable,
@@ -231,6 +242,17 @@ impl From<GwError> for S3Error {
                 C::BadDigest,
                 format!("The {algo} you specified did not match the calculated checksum."),
             ),
+            GwError::ChecksumTypeMismatch(expected, actual) => msg(
+                C::InvalidRequest,
+                format!(
+                    "Checksum Type mismatch occurred, expected checksum Type: {expected}, \
+                     actual checksum Type: {actual}"
+                ),
+            ),
+            GwError::PolicyViolation(why) => msg(
+                C::AccessDenied,
+                format!("Invalid according to Policy: {why}"),
+            ),
             GwError::IncompleteBody => from_store(StoreError::IncompleteBody),
             GwError::AccessDenied => msg(C::AccessDenied, "Access Denied"),
             GwError::Denied(why) => msg(C::AccessDenied, format!("Access Denied: {why}")),
@@ -260,6 +282,32 @@ impl From<GwError> for S3Error {
             GwError::Internal(detail) => internal(&detail),
         }
     }
+}
+
+/// The AWS form of an error s3s raised itself while checking a POST
+/// policy, before any handler ran. s3s answers a failed `eq` /
+/// `starts-with` condition (or a `bucket` field naming another bucket)
+/// with `400 InvalidPolicyDocument`, an expired policy with "Request has
+/// expired" and a form field no condition covers with its own wording;
+/// AWS answers all three `403 AccessDenied` "Invalid according to Policy:
+/// ...". Anything else (a policy that does not parse stays
+/// InvalidPolicyDocument, as on AWS) is left alone (`None`).
+pub fn post_policy_error(code: &str, message: &str) -> Option<S3Error> {
+    let why = match code {
+        "InvalidPolicyDocument" if message.starts_with("Policy condition ") => {
+            format!("Policy Condition failed: {message}")
+        }
+        "InvalidPolicyDocument" if message.starts_with("Bucket in form field") => {
+            message.to_string()
+        }
+        "AccessDenied" if message == "Request has expired" => "Policy expired.".to_string(),
+        "AccessDenied" if message.starts_with("Each form field") => {
+            let field = message.split('"').nth(1).unwrap_or_default();
+            format!("Extra input fields: {field}")
+        }
+        _ => return None,
+    };
+    Some(GwError::PolicyViolation(why).into())
 }
 
 /// Headers of a `304 Not Modified`: the object's ETag and Last-Modified.
@@ -324,6 +372,36 @@ mod tests {
     }
 
     #[test]
+    fn s3s_policy_condition_failures_become_access_denied() {
+        let e = post_policy_error(
+            "InvalidPolicyDocument",
+            "Policy condition 'eq' for field 'key' failed: expected 'a', got 'b'",
+        )
+        .expect("recoded");
+        assert_eq!(e.code().as_str(), "AccessDenied");
+        assert_eq!(e.status_code().map(|s| s.as_u16()), Some(403));
+        assert!(
+            e.message()
+                .unwrap_or_default()
+                .starts_with("Invalid according to Policy: Policy Condition failed:")
+        );
+        assert!(
+            post_policy_error("InvalidPolicyDocument", "failed to parse POST policy").is_none()
+        );
+        let extra = post_policy_error(
+            "AccessDenied",
+            "Each form field that you specify in a form must appear in the list of policy \
+             conditions. \"x-amz-meta-a\" not specified in the policy.",
+        )
+        .expect("recoded");
+        assert_eq!(
+            extra.message(),
+            Some("Invalid according to Policy: Extra input fields: x-amz-meta-a")
+        );
+        assert!(post_policy_error("EntityTooLarge", "Policy condition x").is_none());
+    }
+
+    #[test]
     fn internal_errors_do_not_leak_details() {
         let s3: S3Error = GwError::Store(StoreError::Corrupt("/data/p0001/seg7".into())).into();
         assert!(!s3.message().unwrap_or_default().contains("/data"));
@@ -358,6 +436,18 @@ mod tests {
         assert_eq!(
             code_and_status(GwError::AccessControlListNotSupported),
             ("AccessControlListNotSupported".into(), 400)
+        );
+        assert_eq!(
+            code_and_status(GwError::PolicyViolation("Policy expired.".into())),
+            ("AccessDenied".into(), 403)
+        );
+        assert_eq!(
+            code_and_status(GwError::ChecksumTypeMismatch("crc32".into(), "sha1".into())),
+            ("InvalidRequest".into(), 400)
+        );
+        assert_eq!(
+            code_and_status(GwError::Store(StoreError::ChecksumMismatch("CRC32".into()))),
+            ("BadDigest".into(), 400)
         );
         assert_eq!(
             code_and_status(GwError::ContentSha256Mismatch),

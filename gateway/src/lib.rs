@@ -8,7 +8,9 @@
 //!
 //! - [`bucket`]: CreateBucket, DeleteBucket, HeadBucket, ListBuckets,
 //!   GetBucketLocation
-//! - [`put`], [`get`], [`copy`], [`delete`]: object reads and writes
+//! - [`put`], [`get`], [`copy`], [`delete`]: object reads and writes;
+//!   [`post`] browser-form uploads (PostObject), [`attributes`]
+//!   GetObjectAttributes
 //! - [`list`]: ListObjectsV2, ListObjects, ListObjectVersions ([`token`]
 //!   holds the continuation-token format)
 //! - [`tagging`]: object and bucket tagging
@@ -31,6 +33,7 @@
 
 pub mod acl;
 pub mod admin;
+pub mod attributes;
 pub mod auth;
 pub mod body;
 pub mod bucket;
@@ -51,6 +54,7 @@ pub mod multipart;
 pub mod names;
 pub mod opclass;
 pub mod part_copy;
+pub mod post;
 pub mod presign;
 pub mod put;
 pub mod quota;

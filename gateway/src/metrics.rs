@@ -104,6 +104,17 @@ impl OpSeries {
 
     /// A request was admitted at `units` base cost.
     pub fn admitted(&self, units: u64) {
+        self.add_cost(units);
+    }
+
+    /// Cost units counted so far.
+    pub fn cost(&self) -> u64 {
+        self.cost_units.load(Ordering::Relaxed)
+    }
+
+    /// `units` of cost were served besides the base and the body bytes
+    /// (bytes copied inside the store).
+    pub fn add_cost(&self, units: u64) {
         self.cost_units.fetch_add(units, Ordering::Relaxed);
     }
 

@@ -8,7 +8,10 @@
 //! Content-MD5 and x-amz-checksum-* are verified on the way, and a part is
 //! at most 5 GiB. The verified checksum is kept with the part, so the
 //! completion can check the checksums the client repeats and derive the
-//! object's ([`crate::composite`]). Limits are AWS's: part numbers 1 to
+//! object's ([`crate::composite`]); a part whose checksum algorithm is not
+//! its upload's is refused before its body is read, and a whole-object
+//! checksum sent with the completion must match the derived one. Limits
+//! are AWS's: part numbers 1 to
 //! 10,000, every part but the last at least 5 MiB (checked at completion,
 //! `EntityTooSmall`).
 //!
@@ -108,6 +111,10 @@ pub async fn upload_part(
         .as_deref()
         .map(parse_content_md5)
         .transpose()?;
+    let declared = gw
+        .store()
+        .upload_checksum(&bucket, &input.key, &input.upload_id)?;
+    composite::check_part(declared.as_ref(), wanted.as_ref().map(|w| w.algo))?;
 
     let (stream, faults) = body::upload(input.body);
     let (stream, computed) = checksum::verify_requested(stream, wanted, &faults);
@@ -179,6 +186,20 @@ fn listed_parts(upload: Option<CompletedMultipartUpload>) -> GwResult<Vec<Listed
         .collect()
 }
 
+/// The whole-object checksum a CompleteMultipartUpload repeats, if any.
+fn whole_checksum(input: &CompleteMultipartUploadInput) -> GwResult<Option<composite::Whole>> {
+    composite::whole(
+        [
+            (Algo::Crc32, &input.checksum_crc32),
+            (Algo::Crc32c, &input.checksum_crc32c),
+            (Algo::Crc64Nvme, &input.checksum_crc64nvme),
+            (Algo::Sha1, &input.checksum_sha1),
+            (Algo::Sha256, &input.checksum_sha256),
+        ],
+        input.checksum_type.as_ref(),
+    )
+}
+
 /// Where the object is, as CompleteMultipartUpload reports it.
 fn location(headers: &http::HeaderMap, bucket: &str, key: &str) -> String {
     let host = headers
@@ -200,6 +221,11 @@ pub async fn complete_multipart_upload(
     check_key(&input.key)?;
     let bucket = gw.bucket(&ctx, &input.bucket)?;
     let cond = write_cond(input.if_match.as_ref(), input.if_none_match.as_ref())?;
+    let whole = whole_checksum(&input)?;
+    let declared = gw
+        .store()
+        .upload_checksum(&bucket, &input.key, &input.upload_id)?;
+    composite::check_whole(declared.as_ref(), whole.as_ref())?;
     let parts = listed_parts(input.multipart_upload)?;
     let size = completed_size(gw, &bucket, &input.key, &input.upload_id, &parts)?;
     let write = crate::quota::Write {
@@ -217,7 +243,7 @@ pub async fn complete_multipart_upload(
             &input.upload_id,
             parts,
             cond,
-            Some(composite::combiner()),
+            Some(composite::combiner(whole.map(|w| w.checksum))),
         )
         .await?;
     drop(reserved);

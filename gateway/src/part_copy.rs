@@ -126,7 +126,7 @@ pub async fn upload_part_copy(
         &conds,
         input.copy_source_range.as_deref(),
     )?;
-    let (stream, source_failed) = watched(stream);
+    let (stream, source_failed) = watched(stream, &req.extensions);
     let faults = crate::body::FaultSlot::default();
     let algo = wanted.as_ref().and_then(|w| Algo::from_name(&w.algorithm));
     let (stream, computed) = match algo {

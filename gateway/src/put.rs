@@ -13,6 +13,9 @@
 //! its length (s3s already insists for signed and streaming uploads).
 //! If-None-Match: `*` and If-Match: "etag" are store preconditions checked
 //! atomically when the object is committed.
+//!
+//! [`store_upload`] is the one path of a single-request upload; PostObject
+//! ([`crate::post`]) uses it too.
 
 use crate::body;
 use crate::checksum::{self, Algo};
@@ -76,6 +79,58 @@ pub fn write_cond(
     }
 }
 
+/// What a single-request upload stores: a PutObject, or the form of a
+/// PostObject ([`crate::post`]). Both go through [`store_upload`], so the
+/// checks, the quota and the commit are the same.
+pub struct Upload {
+    /// Bucket name (in the requesting tenant's namespace).
+    pub bucket: String,
+    /// Object key.
+    pub key: String,
+    /// The body.
+    pub body: Option<StreamingBlob>,
+    /// Its declared length.
+    pub length: Option<i64>,
+    /// Content-MD5 (base64), if sent.
+    pub content_md5: Option<String>,
+    /// `x-amz-tagging` (URL-encoded tag set), if sent.
+    pub tagging: Option<String>,
+    /// Canned ACL, if sent (only `private` is accepted).
+    pub acl: Option<ObjectCannedACL>,
+    /// Content-* headers and user metadata.
+    pub meta: MetaInput,
+    /// If-Match.
+    pub if_match: Option<ETagCondition>,
+    /// If-None-Match.
+    pub if_none_match: Option<ETagCondition>,
+}
+
+impl Upload {
+    /// The upload a PutObject asks for.
+    fn of_put(input: PutObjectInput, decoded: Option<i64>) -> Upload {
+        Upload {
+            bucket: input.bucket,
+            key: input.key,
+            body: input.body,
+            length: input.content_length.or(decoded),
+            content_md5: input.content_md5,
+            tagging: input.tagging,
+            acl: input.acl,
+            meta: MetaInput {
+                content_type: input.content_type,
+                content_encoding: input.content_encoding,
+                content_disposition: input.content_disposition,
+                content_language: input.content_language,
+                cache_control: input.cache_control,
+                expires: input.expires,
+                user: input.metadata,
+            },
+            if_match: input.if_match,
+            if_none_match: input.if_none_match,
+        }
+    }
+}
+
 /// PutObject.
 pub async fn put_object(
     gw: &Gateway,
@@ -84,30 +139,32 @@ pub async fn put_object(
     let ctx = ReqCtx::of(&req)?;
     let decoded = decoded_content_length(&req.headers);
     let wanted = checksum::requested(&req.headers, req.trailing_headers.as_ref())?;
-    let input = req.input;
-    check_key(&input.key)?;
-    crate::acl::check_object_acl(input.acl.as_ref())?;
-    let bucket = gw.bucket(&ctx, &input.bucket)?;
-    let length = declared_length(input.content_length.or(decoded))?;
-    let content_md5 = input
+    let out = store_upload(gw, &ctx, Upload::of_put(req.input, decoded), wanted).await?;
+    Ok(S3Response::new(out))
+}
+
+/// Check and store one single-request upload, verifying the checksum in
+/// `wanted` on the way; answers as PutObject does.
+pub async fn store_upload(
+    gw: &Gateway,
+    ctx: &ReqCtx,
+    up: Upload,
+    wanted: Option<checksum::Request>,
+) -> GwResult<PutObjectOutput> {
+    check_key(&up.key)?;
+    crate::acl::check_object_acl(up.acl.as_ref())?;
+    let bucket = gw.bucket(ctx, &up.bucket)?;
+    let length = declared_length(up.length)?;
+    let content_md5 = up
         .content_md5
         .as_deref()
         .map(parse_content_md5)
         .transpose()?;
-    let tags = tagging::from_header(input.tagging.as_deref())?;
-    let meta = MetaInput {
-        content_type: input.content_type,
-        content_encoding: input.content_encoding,
-        content_disposition: input.content_disposition,
-        content_language: input.content_language,
-        cache_control: input.cache_control,
-        expires: input.expires,
-        user: input.metadata,
-    }
-    .into_meta()?;
-    let cond = write_cond(input.if_match.as_ref(), input.if_none_match.as_ref())?;
+    let tags = tagging::from_header(up.tagging.as_deref())?;
+    let meta = up.meta.into_meta()?;
+    let cond = write_cond(up.if_match.as_ref(), up.if_none_match.as_ref())?;
 
-    let (stream, faults) = body::upload(input.body);
+    let (stream, faults) = body::upload(up.body);
     let algo = wanted.as_ref().map(|w| w.algo);
     let (stream, computed) = checksum::verify_requested(stream, wanted, &faults);
     let opts = PutOptions {
@@ -118,18 +175,18 @@ pub async fn put_object(
     };
     let write = crate::quota::Write {
         bucket: &bucket,
-        key: Some(&input.key),
+        key: Some(&up.key),
         bytes: length,
         objects: 1,
     };
-    let reserved = gw.quotas().reserve(gw.store(), &ctx, write)?;
+    let reserved = gw.quotas().reserve(gw.store(), ctx, write)?;
     let info = gw
         .store()
-        .put_object_if(&bucket, &input.key, meta, opts, stream, cond)
+        .put_object_if(&bucket, &up.key, meta, opts, stream, cond)
         .await
         .map_err(|e| faults.explain(e))?;
     drop(reserved);
-    tracing::debug!(bucket = %bucket.name, key = %input.key, size = info.size, "object stored");
+    tracing::debug!(bucket = %bucket.name, key = %up.key, size = info.size, "object stored");
     let mut out = PutObjectOutput {
         e_tag: Some(etag(&info)),
         size: Some(size_i64(info.size)?),
@@ -138,7 +195,7 @@ pub async fn put_object(
     if let (Some(algo), Some(value)) = (algo, computed.and_then(|c| c.get())) {
         echo_checksum(&mut out, algo, value);
     }
-    Ok(S3Response::new(out))
+    Ok(out)
 }
 
 /// Return the verified checksum, as S3 does.

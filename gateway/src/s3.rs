@@ -4,7 +4,10 @@
 //! not listed answer `NotImplemented` (s3s's default).
 
 use crate::context::Gateway;
-use crate::{acl, bucket, copy, delete, get, list, multipart, part_copy, put, tagging, uploads};
+use crate::{
+    acl, attributes, bucket, copy, delete, get, list, multipart, part_copy, post, put, tagging,
+    uploads,
+};
 use s3s::dto::*;
 use s3s::{S3, S3Request, S3Response, S3Result};
 
@@ -30,8 +33,10 @@ ops! {
     get_bucket_location: bucket, GetBucketLocationInput => GetBucketLocationOutput;
 
     put_object: put, PutObjectInput => PutObjectOutput;
+    post_object: post, PostObjectInput => PostObjectOutput;
     get_object: get, GetObjectInput => GetObjectOutput;
     head_object: get, HeadObjectInput => HeadObjectOutput;
+    get_object_attributes: attributes, GetObjectAttributesInput => GetObjectAttributesOutput;
     copy_object: copy, CopyObjectInput => CopyObjectOutput;
     delete_object: delete, DeleteObjectInput => DeleteObjectOutput;
     delete_objects: delete, DeleteObjectsInput => DeleteObjectsOutput;

@@ -15,7 +15,9 @@
 //! span carrying it, the method, the path (never the query string, which
 //! can hold presigned signatures) and, once authenticated, the tenant.
 //! Then it goes through the lanes ([`crate::lanes::LaneGate`]: fair-share
-//! admission, paced bodies, metrics) into s3s.
+//! admission, paced bodies, metrics) into s3s. The errors s3s raises itself
+//! for a browser-form upload's POST policy are given AWS's codes on the way
+//! out ([`crate::post::recode_policy_error`]).
 //!
 //! Shutdown: stop accepting, let in-flight requests finish for the grace
 //! period (a second signal cuts it short), then `Store::shutdown`, which
@@ -346,8 +348,16 @@ async fn handle(
         span: span.clone(),
     });
     let is_head = req.method() == http::Method::HEAD;
+    let form_post = crate::post::is_form_post(req.method(), req.headers());
     let started = Instant::now();
     let mut result = gate.call(&service, req, &id).instrument(span.clone()).await;
+    if form_post {
+        // s3s checks POST policies before any handler runs; give its
+        // refusals AWS's codes.
+        if let Ok(resp) = result {
+            result = Ok(crate::post::recode_policy_error(resp).await);
+        }
+    }
     let _enter = span.enter();
     match &mut result {
         Ok(resp) => finish(resp, &id, is_head, started),

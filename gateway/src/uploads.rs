@@ -23,12 +23,22 @@ use s3s::{S3Request, S3Response};
 pub const MAX_PAGE: usize = 1000;
 
 /// A page size from the request: default and cap [`MAX_PAGE`].
-fn page_size(max: Option<i32>, name: &str) -> GwResult<usize> {
+pub fn page_size(max: Option<i32>, name: &str) -> GwResult<usize> {
     match max {
         None => Ok(MAX_PAGE),
         Some(n) => usize::try_from(n)
             .map(|n| n.min(MAX_PAGE))
             .map_err(|_| GwError::InvalidArgument(format!("{name} must be non-negative"))),
+    }
+}
+
+/// The part-number marker of a part listing (0: from the first part).
+pub fn part_marker(marker: Option<i32>) -> GwResult<u32> {
+    match marker {
+        None => Ok(0),
+        Some(m) => u32::try_from(m).map_err(|_| {
+            GwError::InvalidArgument("part-number-marker must be non-negative".into())
+        }),
     }
 }
 
@@ -65,12 +75,7 @@ pub async fn list_parts(
     check_key(&input.key)?;
     let bucket = gw.bucket(&ctx, &input.bucket)?;
     let max = page_size(input.max_parts, "max-parts")?;
-    let marker = match input.part_number_marker {
-        None => 0,
-        Some(m) => u32::try_from(m).map_err(|_| {
-            GwError::InvalidArgument("part-number-marker must be non-negative".into())
-        })?,
-    };
+    let marker = part_marker(input.part_number_marker)?;
     let wanted = gw
         .store()
         .upload_checksum(&bucket, &input.key, &input.upload_id)?;

@@ -86,6 +86,17 @@ impl Lane {
         Some((tag, head.seq))
     }
 
+    /// Charges `units` of work done without waiting for capacity (the
+    /// small body of a request that already holds its permit): later
+    /// requests of the lane start that much further on in virtual time.
+    pub fn charge(&mut self, vtime: u128, units: u64) {
+        self.finish = self
+            .finish
+            .max(vtime)
+            .saturating_add(vt_span(units, self.weight));
+        self.counters.served_units = self.counters.served_units.saturating_add(units);
+    }
+
     /// Removes the head after dispatch: the lane's finish tag moves past it.
     pub fn dispatch_head(&mut self) -> Option<Queued> {
         let start = self.head_tag.take()?;

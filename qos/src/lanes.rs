@@ -142,6 +142,16 @@ impl Lanes {
         self.acquire(tenant, cost, true, max_wait).await
     }
 
+    /// Charges `units` to `tenant` without waiting or holding capacity
+    /// (see [`Scheduler::charge`]): for the small body of a request that
+    /// keeps its admission permit. No-op when lanes are off.
+    pub fn charge(&self, tenant: &TenantKey, units: u64) {
+        if self.shared.config.mode == Mode::Off {
+            return;
+        }
+        self.shared.state.lock().sched.charge(tenant, units);
+    }
+
     /// Copies every counter out (see [`LanesSnapshot`]).
     pub fn snapshot(&self) -> LanesSnapshot {
         let limits = self.shared.limits.read();

@@ -44,6 +44,10 @@ pub enum StoreError {
     /// A part other than the last is below the minimum part size.
     #[error("your proposed upload is smaller than the minimum allowed size")]
     EntityTooSmall,
+    /// A whole-object checksum given at completion differs from the one
+    /// derived from the parts (algorithm name).
+    #[error("the {0} checksum you specified did not match the calculated checksum")]
+    ChecksumMismatch(String),
     /// A precondition on a write failed (object exists / etag differs).
     #[error("at least one of the preconditions you specified did not hold")]
     PreconditionFailed,

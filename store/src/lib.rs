@@ -40,4 +40,4 @@ pub use list::{ListEntry, ListPage, ListQuery, Resume};
 pub use multipart::{PartInfo, UploadInfo};
 pub use record::{Checksum, ObjectInfo, ObjectMeta, Tag};
 pub use store::{BodyStream, BucketInfo, GetRange, PutOptions, Store, StoreConfig};
-pub use uploads::{UploadEntry, UploadPage, UploadQuery};
+pub use uploads::{ObjectPart, UploadEntry, UploadPage, UploadQuery};

@@ -166,6 +166,7 @@ impl Partition {
             checksum: opts.checksum.as_ref().and_then(|c| c.get().cloned()),
             tags: opts.tags,
             data: got.data,
+            part_checksums: Vec::new(),
         };
         let info = record.info(key);
         let op = Op::Put {

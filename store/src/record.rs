@@ -2,16 +2,23 @@
 //!
 //! Index key of an object: `b'o' | bucket id (u64 BE) | key bytes`, so one
 //! bucket's objects are one ordered range. The value is
-//! `FORMAT_V1 | bincode(StoredObject)`. The leading byte lets a later version
+//! `FORMAT_V2 | bincode(StoredObject)`. The leading byte lets a version
 //! migrate records in place: readers reject a byte they do not know instead
-//! of misreading it.
+//! of misreading it. Records written as `FORMAT_V1` (before objects kept
+//! their parts' checksums) still decode, with no part checksums; both
+//! layouts share their leading fields, so a listing reads either the same
+//! way.
 
 use crate::error::{StoreError, StoreResult};
 use crate::ids::BucketId;
 use serde::{Deserialize, Serialize};
 
-/// Format byte of the first record layout.
+/// Format byte of the first record layout (also used by the catalog and
+/// multipart rows).
 pub const FORMAT_V1: u8 = 1;
+
+/// Format byte of object records that end with their parts' checksums.
+pub const FORMAT_V2: u8 = 2;
 
 /// Key-space tag of object records.
 pub const OBJECT_TAG: u8 = b'o';
@@ -146,6 +153,40 @@ pub struct StoredObject {
     pub checksum: Option<Checksum>,
     /// Where the data is.
     pub data: DataLoc,
+    /// A multipart object's part checksums (values of `checksum`'s
+    /// algorithm), in part order; empty when the object has no checksum or
+    /// is a single PUT. Last, so older layouts decode up to it.
+    pub part_checksums: Vec<String>,
+}
+
+/// The layout of [`FORMAT_V1`] object records: a [`StoredObject`] without
+/// part checksums.
+#[derive(Deserialize)]
+struct StoredObjectV1 {
+    size: u64,
+    md5: [u8; 16],
+    mtime_ms: i64,
+    parts: u32,
+    meta: ObjectMeta,
+    tags: Vec<Tag>,
+    checksum: Option<Checksum>,
+    data: DataLoc,
+}
+
+impl From<StoredObjectV1> for StoredObject {
+    fn from(v: StoredObjectV1) -> StoredObject {
+        StoredObject {
+            size: v.size,
+            md5: v.md5,
+            mtime_ms: v.mtime_ms,
+            parts: v.parts,
+            meta: v.meta,
+            tags: v.tags,
+            checksum: v.checksum,
+            data: v.data,
+            part_checksums: Vec::new(),
+        }
+    }
 }
 
 /// What the gateway sees of an object (everything but the data location).
@@ -172,7 +213,7 @@ pub struct ObjectInfo {
 impl StoredObject {
     /// Encode with the current format byte.
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = vec![FORMAT_V1];
+        let mut out = vec![FORMAT_V2];
         // bincode into a Vec cannot fail for these plain types.
         if let Err(e) = bincode::serialize_into(&mut out, self) {
             unreachable!("bincode of a plain struct into a Vec failed: {e}");
@@ -180,9 +221,12 @@ impl StoredObject {
         out
     }
 
-    /// Decode a value read from the index.
+    /// Decode a value read from the index (either layout).
     pub fn decode(bytes: &[u8]) -> StoreResult<StoredObject> {
-        decode_object_value(bytes)
+        match bytes.first() {
+            Some(&FORMAT_V1) => decode_object_value::<StoredObjectV1>(bytes).map(Into::into),
+            _ => decode_object_value(bytes),
+        }
     }
 
     /// The gateway's view of this record under `key`.
@@ -204,7 +248,7 @@ impl StoredObject {
 /// its format byte; bincode ignores the fields a shorter type leaves out.
 fn decode_object_value<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> StoreResult<T> {
     match bytes.split_first() {
-        Some((&FORMAT_V1, rest)) => bincode::deserialize(rest)
+        Some((&(FORMAT_V1 | FORMAT_V2), rest)) => bincode::deserialize(rest)
             .map_err(|e| StoreError::Corrupt(format!("object record: {e}"))),
         Some((v, _)) => Err(StoreError::Corrupt(format!("unknown record format {v}"))),
         None => Err(StoreError::Corrupt("empty object record".into())),
@@ -302,9 +346,10 @@ mod tests {
             }],
             checksum: None,
             data: DataLoc::Inline(b"abc".to_vec()),
+            part_checksums: Vec::new(),
         };
         let enc = r.encode();
-        assert_eq!(enc[0], FORMAT_V1);
+        assert_eq!(enc[0], FORMAT_V2);
         assert_eq!(StoredObject::decode(&enc).expect("decode"), r);
         let mut bad = enc.clone();
         bad[0] = 99;
@@ -313,6 +358,38 @@ mod tests {
             Err(StoreError::Corrupt(_))
         ));
         assert!(StoredObject::decode(&[]).is_err());
+    }
+
+    #[test]
+    fn v1_records_decode_without_part_checksums() {
+        #[derive(Serialize)]
+        struct V1<'a> {
+            size: u64,
+            md5: [u8; 16],
+            mtime_ms: i64,
+            parts: u32,
+            meta: ObjectMeta,
+            tags: Vec<Tag>,
+            checksum: Option<Checksum>,
+            data: &'a DataLoc,
+        }
+        let data = DataLoc::Inline(b"xyz".to_vec());
+        let mut enc = vec![FORMAT_V1];
+        let v1 = V1 {
+            size: 3,
+            md5: [1; 16],
+            mtime_ms: 9,
+            parts: 0,
+            meta: ObjectMeta::default(),
+            tags: Vec::new(),
+            checksum: None,
+            data: &data,
+        };
+        bincode::serialize_into(&mut enc, &v1).expect("encode v1");
+        let got = StoredObject::decode(&enc).expect("decode v1");
+        assert_eq!((got.size, got.mtime_ms, &got.data), (3, 9, &data));
+        assert!(got.part_checksums.is_empty());
+        assert_eq!(ListSummary::decode(&enc).expect("summary").size, 3);
     }
 
     #[test]

@@ -8,7 +8,7 @@ use crate::multipart::{
     UploadRecord,
 };
 use crate::partition::now_ms;
-use crate::record::{DataLoc, ObjectInfo, ObjectMeta, PartLoc, Tag, etag};
+use crate::record::{DataLoc, ObjectInfo, ObjectMeta, PartLoc, StoredObject, Tag, etag};
 use crate::store::{BodyStream, BucketInfo, GetRange, PutOptions, Store};
 mod listing;
 
@@ -283,16 +283,8 @@ impl Store {
         key: &str,
         number: u32,
     ) -> StoreResult<(GetRange, u32)> {
-        let p = self.partition_of(bucket.id, key);
-        let raw = p
-            .index()
-            .get(&crate::record::object_key(bucket.id, key.as_bytes()))?
-            .ok_or(StoreError::NoSuchKey)?;
-        let rec = crate::record::StoredObject::decode(&raw)?;
-        let sizes: Vec<u64> = match &rec.data {
-            DataLoc::Parts(parts) => parts.iter().map(|p| p.size).collect(),
-            _ => vec![rec.size],
-        };
+        let rec = self.object_record(bucket, key)?;
+        let sizes = part_sizes(&rec);
         let count = u32::try_from(sizes.len()).unwrap_or(u32::MAX);
         let idx = usize::try_from(number)
             .unwrap_or(usize::MAX)
@@ -308,5 +300,58 @@ impl Store {
             },
             count,
         ))
+    }
+
+    /// An object and its parts, read together (GetObjectAttributes); the
+    /// parts carry their checksums when the object kept them. A single-PUT
+    /// object has no parts.
+    pub fn object_with_parts(
+        &self,
+        bucket: &BucketInfo,
+        key: &str,
+    ) -> StoreResult<(ObjectInfo, Vec<ObjectPart>)> {
+        let rec = self.object_record(bucket, key)?;
+        if rec.parts == 0 {
+            return Ok((rec.info(key), Vec::new()));
+        }
+        let mut sums = rec.part_checksums.iter();
+        let parts = (1u32..)
+            .zip(part_sizes(&rec))
+            .map(|(number, size)| ObjectPart {
+                number,
+                size,
+                checksum: sums.next().cloned(),
+            })
+            .collect();
+        Ok((rec.info(key), parts))
+    }
+
+    /// The stored record of an object (NoSuchKey when absent).
+    fn object_record(&self, bucket: &BucketInfo, key: &str) -> StoreResult<StoredObject> {
+        let raw = self
+            .partition_of(bucket.id, key)
+            .index()
+            .get(&crate::record::object_key(bucket.id, key.as_bytes()))?
+            .ok_or(StoreError::NoSuchKey)?;
+        StoredObject::decode(&raw)
+    }
+}
+
+/// One part of a multipart object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectPart {
+    /// Part number (1-based position in the object).
+    pub number: u32,
+    /// Bytes.
+    pub size: u64,
+    /// Its checksum value (the object checksum's algorithm), if kept.
+    pub checksum: Option<String>,
+}
+
+/// The sizes of an object's parts; a single PUT is one part.
+fn part_sizes(rec: &StoredObject) -> Vec<u64> {
+    match &rec.data {
+        DataLoc::Parts(parts) => parts.iter().map(|p| p.size).collect(),
+        _ => vec![rec.size],
     }
 }

@@ -6,11 +6,13 @@
 //! so Content-Length handling and s3s's length checks see what they would
 //! have seen without pacing.
 //!
-//! A request body also carries the request's admission permit: the permit
-//! covers s3s's and the handler's work up to the first read of the body,
-//! and is dropped *before* the first paced chunk waits for its grant, so a
-//! request never holds its base units while waiting for body units (the
-//! hold-and-wait that `docs/qos.md` forbids).
+//! A large request body also carries the request's admission permit: the
+//! permit covers s3s's and the handler's work up to the first read of the
+//! body, and is dropped *before* the first paced chunk waits for its grant,
+//! so a request never holds its base units while waiting for body units
+//! (the hold-and-wait that `docs/qos.md` forbids). A small response body
+//! carries the permit to its end instead ([`Finish::holding`]): it is
+//! charged, not paced, so nothing waits while the permit is held.
 
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
@@ -42,22 +44,35 @@ pub enum Direction {
     Out,
 }
 
-/// Records a request's latency when its response body ends or is dropped.
+/// Records a request's latency when its response body ends or is
+/// dropped, and then gives back the admission permit it may carry.
 pub struct Finish {
     series: Arc<OpSeries>,
     started: Instant,
+    permit: Option<Permit>,
 }
 
 impl Finish {
     /// A finish of the request of `series` that arrived at `started`.
     pub fn new(series: Arc<OpSeries>, started: Instant) -> Finish {
-        Finish { series, started }
+        Finish {
+            series,
+            started,
+            permit: None,
+        }
+    }
+
+    /// Keeps `permit` until the response body is done.
+    pub fn holding(mut self, permit: Option<Permit>) -> Finish {
+        self.permit = permit;
+        self
     }
 }
 
 impl Drop for Finish {
     fn drop(&mut self) {
         self.series.latency.observe(self.started.elapsed());
+        drop(self.permit.take());
     }
 }
 

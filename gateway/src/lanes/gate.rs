@@ -8,16 +8,28 @@
 //!    [`ANONYMOUS`] lane (s3s refuses those requests later anyway);
 //! 2. admit the base cost ([`Lanes::admit`]); a refusal is answered
 //!    `503 SlowDown` at once and nothing reaches s3s or the store;
-//! 3. call s3s with the request body paced through the tenant's lane; the
-//!    permit is held while s3s and the handler work, up to the first read
-//!    of the request body (see [`super::body`]), and dropped when s3s
-//!    answers at the latest;
-//! 4. pace the response body, so GET bytes are charged as they are sent.
+//! 3. call s3s with the request body; the permit is held while s3s and
+//!    the handler work;
+//! 4. send the response body; the permit is dropped when it ends.
+//!
+//! Copies move their bytes inside the store; the gate leaves a
+//! [`LaneMeter`] in the request's extensions so the copy handlers pace
+//! those bytes through the same lane ([`super::meter`]).
+//!
+//! Bodies come in two sizes ([`small_body`]). A body of at most one chunk
+//! is carried under the request's permit and its bytes are charged to the
+//! lane as they flow, without a second wait ([`Lanes::charge`]): the
+//! permit then covers the request's whole life, which for small requests
+//! is where the work is (auth, the store's commit, writing the answer).
+//! A larger body is paced chunk by chunk through the lane instead, and the
+//! permit is dropped before its first chunk waits for a grant (no
+//! hold-and-wait, see [`super::body`]).
 //!
 //! The claimed key is trusted for accounting before its signature is
 //! checked: a forger can charge a victim's lane one base cost plus the
 //! bytes it actually sends before s3s refuses it.
 
+use futures::StreamExt;
 use http::Request;
 use http_body::Body as _;
 use hyper::body::Incoming;
@@ -29,6 +41,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::body::{ByteStream, Direction, Finish, HeldPermit, PacedBody};
+use super::meter::LaneMeter;
 use super::{ANONYMOUS, LaneState, key, op, slowdown};
 use crate::auth::KeyCache;
 use crate::metrics::OpSeries;
@@ -74,13 +87,25 @@ impl LaneGate {
             Ok(p) => p,
             Err(o) => return Ok(self.refuse(&caller, &o, request_id)),
         };
+        // Run the admitted request as a fresh turn of the runtime, not in
+        // the same poll that parsed it: see "CPU-bound requests" in
+        // docs/qos.md (without this, requests queue in the runtime before
+        // the lanes and are served first come, first served).
+        tokio::task::yield_now().await;
         let held: HeldPermit = Arc::new(Mutex::new(Some(permit)));
-        let req = req.map(|b| self.request_body(b, &caller, &held));
+        let mut req = req.map(|b| self.request_body(b, &caller, &held));
+        let meter = LaneMeter::new(
+            self.state.lanes().clone(),
+            caller.tenant.clone(),
+            Arc::clone(&held),
+            Arc::clone(&caller.series),
+        );
+        req.extensions_mut().insert(meter);
         let result = service.call(req).await;
-        drop(held.lock().take());
         match result {
-            Ok(resp) => Ok(self.respond(resp, caller)),
+            Ok(resp) => Ok(self.respond(resp, caller, &held)),
             Err(e) => {
+                drop(held.lock().take());
                 caller.series.error("InternalError");
                 caller.series.latency.observe(caller.started.elapsed());
                 Err(e)
@@ -130,41 +155,110 @@ impl LaneGate {
         slowdown::response(o, request_id)
     }
 
-    /// The request body for s3s: paced and counted unless empty; it drops
-    /// the admission permit before it is first read.
+    /// The request body for s3s, counted unless empty: a small one is
+    /// charged as it flows under the request's permit, a large one is
+    /// paced and drops the permit before it is first read.
     fn request_body(&self, body: Incoming, caller: &Caller, held: &HeldPermit) -> s3s::Body {
         if body.is_end_stream() {
             return s3s::Body::from(body);
         }
         let hint = body.size_hint();
-        let paced = self.paced(&caller.tenant, s3s::Body::from(body));
-        let body = PacedBody::new(paced, hint, Arc::clone(&caller.series), Direction::In)
-            .releasing(Arc::clone(held));
+        let series = Arc::clone(&caller.series);
+        let body = if small_body(hint.exact(), self.chunk_bytes()) {
+            let charged = self.charged(&caller.tenant, s3s::Body::from(body));
+            PacedBody::new(charged, hint, series, Direction::In)
+        } else {
+            let paced = self.paced(&caller.tenant, s3s::Body::from(body));
+            PacedBody::new(paced, hint, series, Direction::In).releasing(Arc::clone(held))
+        };
         s3s::Body::http_body_unsync(body)
     }
 
-    /// Counts the outcome and paces a non-empty response body.
-    fn respond(&self, resp: HttpResponse, caller: Caller) -> HttpResponse {
+    /// Counts the outcome and sends the response body: a small one under
+    /// the request's permit (dropped when it ends), a large one paced.
+    fn respond(&self, resp: HttpResponse, caller: Caller, held: &HeldPermit) -> HttpResponse {
         let (parts, body) = resp.into_parts();
         if parts.status.as_u16() >= 400 {
             let buffered = body.bytes();
             let code = slowdown::error_code(parts.status, buffered.as_deref());
             caller.series.error(&code);
         }
+        let permit = held.lock().take();
         if body.is_end_stream() {
+            drop(permit);
             caller.series.latency.observe(caller.started.elapsed());
             return HttpResponse::from_parts(parts, body);
         }
         let hint = body.size_hint();
-        let paced = self.paced(&caller.tenant, body);
+        let len = hint.exact().or_else(|| content_length(&parts.headers));
         let finish = Finish::new(Arc::clone(&caller.series), caller.started);
-        let body = PacedBody::new(paced, hint, caller.series, Direction::Out).finishing(finish);
+        let (stream, finish) = if small_body(len, self.chunk_bytes()) {
+            (self.charged(&caller.tenant, body), finish.holding(permit))
+        } else {
+            drop(permit);
+            (self.paced(&caller.tenant, body), finish)
+        };
+        let body = PacedBody::new(stream, hint, caller.series, Direction::Out).finishing(finish);
         HttpResponse::from_parts(parts, s3s::Body::http_body_unsync(body))
+    }
+
+    fn chunk_bytes(&self) -> usize {
+        self.state.lanes().config().chunk_bytes
+    }
+
+    /// `body` with every chunk charged to `tenant`'s lane as it passes.
+    fn charged(&self, tenant: &TenantKey, body: s3s::Body) -> ByteStream {
+        let lanes = self.state.lanes().clone();
+        let tenant = tenant.clone();
+        Box::pin(body.inspect(move |item| {
+            if let Ok(bytes) = item {
+                lanes.charge(&tenant, u64::try_from(bytes.len()).unwrap_or(u64::MAX));
+            }
+        }))
     }
 
     fn paced(&self, tenant: &TenantKey, body: s3s::Body) -> ByteStream {
         let lanes: &Lanes = self.state.lanes();
         let chunk = lanes.config().chunk_bytes;
         Box::pin(pace(lanes.clone(), tenant.clone(), body, chunk))
+    }
+}
+
+/// Whether a body of `len` bytes (unknown: `None`) is small enough to be
+/// carried under its request's permit: at most one chunk.
+fn small_body(len: Option<u64>, chunk: usize) -> bool {
+    len.is_some_and(|n| n <= u64::try_from(chunk).unwrap_or(u64::MAX))
+}
+
+/// The `Content-Length` of a response, if it has a valid one.
+fn content_length(headers: &http::HeaderMap) -> Option<u64> {
+    headers
+        .get(http::header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .parse()
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_bodies_are_at_most_one_chunk() {
+        assert!(small_body(Some(0), 4));
+        assert!(small_body(Some(4), 4));
+        assert!(!small_body(Some(5), 4));
+        assert!(!small_body(None, 4));
+    }
+
+    #[test]
+    fn reads_content_length() {
+        let mut h = http::HeaderMap::new();
+        assert_eq!(content_length(&h), None);
+        h.insert(http::header::CONTENT_LENGTH, "12".parse().expect("value"));
+        assert_eq!(content_length(&h), Some(12));
+        h.insert(http::header::CONTENT_LENGTH, "x".parse().expect("value"));
+        assert_eq!(content_length(&h), None);
     }
 }

@@ -8,12 +8,14 @@
 //! - [`gate`]: [`LaneGate`], the layer `serve` puts in front of s3s.
 //! - [`key`]: the access key a request claims; [`op`]: its S3 operation.
 //! - [`body`]: paced, counted bodies; [`slowdown`]: the 503 answer.
+//! - [`meter`]: pacing of bytes copied inside the store.
 //!
 //! The design, flags and metric names are in `docs/qos.md`.
 
 pub mod body;
 pub mod gate;
 pub mod key;
+pub mod meter;
 pub mod op;
 pub mod slowdown;
 pub mod sync;

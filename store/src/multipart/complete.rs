@@ -118,6 +118,25 @@ fn object_checksum(
     (c.0)(up.checksum.as_ref(), &parts)
 }
 
+/// The parts' checksum values kept with the object: those of the object
+/// checksum's algorithm, only when every part has one.
+fn part_checksums(object: Option<&Checksum>, recs: &[&PartRecord]) -> Vec<String> {
+    let Some(object) = object else {
+        return Vec::new();
+    };
+    let values: Vec<String> = recs
+        .iter()
+        .filter_map(|r| r.checksum.as_ref())
+        .filter(|c| c.algorithm == object.algorithm)
+        .map(|c| c.value.clone())
+        .collect();
+    if values.len() == recs.len() {
+        values
+    } else {
+        Vec::new()
+    }
+}
+
 /// Complete the upload into an object.
 pub(crate) fn complete(round: &mut Round<'_>, c: Completion<'_>) -> StoreResult<Outcome> {
     let up = require_upload(round, c.bucket, c.key, &c.upload)?;
@@ -133,6 +152,7 @@ pub(crate) fn complete(round: &mut Round<'_>, c: Completion<'_>) -> StoreResult<
         md5s.update(rec.md5);
     }
     let locs: Vec<_> = recs.iter().map(|r| r.loc.clone()).collect();
+    let part_checksums = part_checksums(checksum.as_ref(), &recs);
     let object = StoredObject {
         size: locs.iter().map(|l| l.size).sum(),
         md5: md5s.finalize().into(),
@@ -142,6 +162,7 @@ pub(crate) fn complete(round: &mut Round<'_>, c: Completion<'_>) -> StoreResult<
         tags: up.tags,
         checksum,
         data: DataLoc::Parts(locs),
+        part_checksums,
     };
     // Every stored part stops counting as a pending part; account() then
     // counts the ones the object keeps.

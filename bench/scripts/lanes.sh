@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Runs one lanes benchmark (figures 1-5 of docs/benchmarks.md, "Lanes")
+# against a fresh laneway server on loopback, then stops the server.
+#
+#   bench/scripts/lanes.sh FIGURE [laneway serve flags...]
+#
+# FIGURE is one of:
+#   weights13   two tenants 1:3, both saturating with 4 KiB GETs
+#   mixed       1:1, tenant a streams 64 MiB GETs, tenant b 4 KiB GETs
+#   lone-small  one tenant, 4 KiB GETs (run with --lanes off to compare)
+#   lone-large  one tenant, 64 MiB GETs (run with --lanes off to compare)
+#   noisy       a alone for 10 s, then b joins offering 10x its share
+#   join        1:2:5, c joins at 10 s and leaves at 20 s
+#
+# Extra arguments go to `laneway serve` (e.g. --lanes off,
+# --lanes-capacity 2097152). Needs a release build (cargo build --release).
+# DURATION (seconds, default 20) overrides the measured time of the
+# figures with one phase.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+figure="${1:?usage: lanes.sh FIGURE [serve flags...]}"
+shift
+bin="$root/target/release"
+port="${PORT:-9300}"
+admin_port=$((port + 1))
+token="bench-admin-token-$$-$RANDOM"
+dir="$(mktemp -d "${TMPDIR:-/tmp}/laneway-lanes.XXXXXX")"
+d="${DURATION:-20}"
+
+# The server runs on CPU 1 and the loader on CPU 0, so the loader cannot
+# take the server's CPU: the server is the bottleneck, as it is when the
+# clients are other machines. PIN=0 lets both float over both CPUs.
+server_cpu=(); loader_cpu=()
+if [ "${PIN:-1}" = 1 ]; then server_cpu=(taskset -c 1); loader_cpu=(taskset -c 0); fi
+
+"${server_cpu[@]}" "$bin/laneway" serve --data-dir "$dir" --listen "127.0.0.1:$port" \
+  --admin-listen "127.0.0.1:$admin_port" --admin-token "$token" "$@" \
+  >"$dir.log" 2>&1 &
+server=$!
+cleanup() { kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true; rm -rf "$dir" "$dir.log"; }
+trap cleanup EXIT
+for _ in $(seq 100); do
+  if (exec 3<>"/dev/tcp/127.0.0.1/$admin_port") 2>/dev/null; then break; fi
+  sleep 0.1
+done
+echo "# server: laneway serve $* (pid $server)"
+
+bench() {
+  LANEWAY_ADMIN_TOKEN="$token" "${loader_cpu[@]}" "$bin/laneway-bench" tenants \
+    --endpoint "http://127.0.0.1:$port" --admin-endpoint "http://127.0.0.1:$admin_port" "$@"
+}
+
+case "$figure" in
+  weights13)
+    bench --duration "$d" --tenant a,weight=1,conc=${CONC:-32} --tenant b,weight=3,conc=${CONC:-32} ;;
+  mixed)
+    bench --duration "$d" --tenant a,weight=1,conc=4,size=64MiB,objects=4 \
+      --tenant b,weight=1,conc=32 ;;
+  lone-small)
+    bench --duration "$d" --tenant a,conc=32 ;;
+  lone-large)
+    bench --duration "$d" --tenant a,conc=4,size=64MiB,objects=4 ;;
+  noisy)
+    bench --duration 20 --tenant a,weight=1,conc=4 --tenant b,weight=1,conc=128,start=10 ;;
+  join)
+    bench --duration 30 --tenant a,weight=1,conc=32 --tenant b,weight=2,conc=32 \
+      --tenant c,weight=5,conc=32,start=10,stop=20 ;;
+  *)
+    echo "unknown figure $figure" >&2; exit 2 ;;
+esac

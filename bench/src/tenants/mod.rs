@@ -1,0 +1,167 @@
+//! `laneway-bench tenants`: several tenants at once, each with its own
+//! credentials, weight, concurrency and operation mix, to measure lanes
+//! (weighted fair sharing) from the outside.
+//!
+//! The mode provisions one fresh tenant per `--tenant` through the admin
+//! API (named `<run id>-<name>`, with the spec's weight), creates its
+//! bucket and PUTs its key space, then runs every tenant's closed loop over
+//! its own window and prints one table per phase (see [`report`]). The
+//! secrets it gets back are used for signing only and never printed.
+//!
+//! - [`spec`]: the `--tenant` syntax and phases;
+//! - [`run`]: the workers and the cost scraper;
+//! - [`report`]: the tables.
+
+pub mod report;
+pub mod run;
+pub mod spec;
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::admin::AdminClient;
+use crate::cli::{TenantsArgs, WorkArgs, check_loopback};
+use crate::client::S3Client;
+use crate::fill::KeySpace;
+use crate::modes::{CLIENT_METHOD, prepare};
+use crate::workload::Workload;
+use run::{Clock, Lane};
+use spec::{TenantSpec, phases};
+
+const BUCKET: &str = "bench";
+const KEY_PREFIX: &str = "bench/";
+
+/// Runs the `tenants` mode.
+pub async fn run_mode(a: TenantsArgs) -> Result<(), String> {
+    check_loopback("--endpoint", &a.endpoint)?;
+    check_loopback("--admin-endpoint", &a.admin_endpoint)?;
+    if a.duration == 0 || a.duration + a.warmup > crate::cli::MAX_DURATION {
+        return Err("--duration must be 1..=3600 s including warm-up".to_owned());
+    }
+    let specs = a
+        .tenants
+        .iter()
+        .map(|s| TenantSpec::parse(s))
+        .collect::<Result<Vec<_>, _>>()?;
+    let admin = AdminClient::new(&a.admin_endpoint, &a.admin_token)?;
+    let clock = Clock {
+        duration: a.duration,
+        warmup: Duration::from_secs(a.warmup),
+        phases: phases(&specs, a.duration),
+    };
+    print_method(&a, &specs, &clock);
+    let run_id = run_id();
+    let mut lanes = Vec::with_capacity(specs.len());
+    for spec in &specs {
+        lanes.push(provision(&a, &admin, &run_id, spec).await?);
+    }
+    let outcome = run::run(lanes, &clock, &admin).await;
+    print!(
+        "{}",
+        report::render(&specs, &clock.phases, a.duration, &outcome)
+    );
+    Ok(())
+}
+
+/// A short id that keeps tenant names of successive runs apart.
+fn run_id() -> String {
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    format!("b{}", secs % 1_000_000)
+}
+
+fn print_method(a: &TenantsArgs, specs: &[TenantSpec], clock: &Clock) {
+    println!("# laneway-bench tenants");
+    println!("{}", crate::machine::describe());
+    println!(
+        "# endpoint={} admin={} duration={}s warmup={}s seed={}",
+        a.endpoint, a.admin_endpoint, a.duration, a.warmup, a.seed
+    );
+    for s in specs {
+        let (start, stop) = s.window(a.duration);
+        println!(
+            "# tenant {}: weight={} conc={} size={} mix={} objects={} window={start}-{stop}s",
+            s.name,
+            s.weight,
+            s.concurrency,
+            s.size,
+            s.mix_text(),
+            s.objects
+        );
+    }
+    let cuts: Vec<String> = clock
+        .phases
+        .iter()
+        .map(|(f, t)| format!("{f}-{t}"))
+        .collect();
+    println!("# phases (s): {}", cuts.join(", "));
+    println!(
+        "# method: a fresh tenant per --tenant (admin API), own bucket and keys; closed loop per tenant; \
+a request counts in the phase it completes in; cost = the server's laneway_cost_units_total per tenant, read at each phase boundary"
+    );
+    println!("{CLIENT_METHOD}");
+}
+
+/// Creates the tenant, its bucket and (if it reads) its objects.
+async fn provision(
+    a: &TenantsArgs,
+    admin: &AdminClient,
+    run_id: &str,
+    spec: &TenantSpec,
+) -> Result<Lane, String> {
+    let name = format!("{run_id}-{}", spec.name);
+    let created = admin.create_tenant(&name, spec.weight).await?;
+    let client = S3Client::new(&a.endpoint, &created.access_key, &created.secret_key)
+        .map_err(|e| e.to_string())?
+        .with_timeout(Duration::from_secs(
+            a.timeout.max(spec.size / 10_000_000 + 30),
+        ));
+    client
+        .ensure_bucket(BUCKET)
+        .await
+        .map_err(|e| format!("{name}: create bucket: {e}"))?;
+    let work = workload(spec, a.seed);
+    if spec.reads() {
+        prepare(&client, BUCKET, &work_args(spec, a.seed)).await?;
+    }
+    Ok(Lane {
+        spec: spec.clone(),
+        id: created.id,
+        client,
+        work,
+    })
+}
+
+fn workload(spec: &TenantSpec, seed: u64) -> Workload {
+    Workload {
+        bucket: BUCKET.to_owned(),
+        keys: KeySpace {
+            prefix: KEY_PREFIX.to_owned(),
+            dirs: 0,
+            count: spec.objects,
+        },
+        size: spec.size,
+        concurrency: spec.concurrency,
+        duration: Duration::ZERO,
+        warmup: Duration::ZERO,
+        max_ops: None,
+        mix: spec.mix.clone(),
+        seed,
+        server_pid: None,
+    }
+}
+
+/// The arguments `prepare` needs to PUT the tenant's key space.
+fn work_args(spec: &TenantSpec, seed: u64) -> WorkArgs {
+    WorkArgs {
+        size: spec.size,
+        concurrency: spec.concurrency.min(16),
+        duration: 1,
+        warmup: 0,
+        objects: spec.objects,
+        ops: None,
+        key_prefix: KEY_PREFIX.to_owned(),
+        seed,
+        no_prepare: false,
+    }
+}
