@@ -9,6 +9,7 @@
 #   mixed       1:1, tenant a streams 64 MiB GETs, tenant b 4 KiB GETs
 #   lone-small  one tenant, 4 KiB GETs (run with --lanes off to compare)
 #   lone-large  one tenant, 64 MiB GETs (run with --lanes off to compare)
+#   lone-put    one tenant, durable 4 KiB PUTs (run with --lanes off to compare)
 #   noisy       a alone for 10 s, then b joins offering 10x its share
 #   join        1:2:5, c joins at 10 s and leaves at 20 s
 #
@@ -58,10 +59,20 @@ case "$figure" in
       --tenant b,weight=1,conc=32 ;;
   lone-small)
     bench --duration "$d" --tenant a,conc=32 ;;
+  lone-put)
+    bench --duration "$d" --tenant a,conc=32,mix=put:1 ;;
   lone-large)
     bench --duration "$d" --tenant a,conc=4,size=64MiB,objects=4 ;;
   noisy)
     bench --duration 20 --tenant a,weight=1,conc=4 --tenant b,weight=1,conc=128,start=10 ;;
+  noisy-split)
+    # As noisy, but b is driven by a second loader process at nice 19, so
+    # the loader's own CPU sharing does not add to a's latency.
+    nice -n 19 bash -c "$(declare -f bench); $(declare -p bin port admin_port token loader_cpu); \
+      bench --duration 20 --tenant b,weight=1,conc=128,start=10" > "$dir.b" 2>&1 &
+    noisy=$!
+    bench --duration 20 --cut 10 --tenant a,weight=1,conc=4
+    wait "$noisy"; grep -E '^phase|^  b ' "$dir.b"; rm -f "$dir.b" ;;
   join)
     bench --duration 30 --tenant a,weight=1,conc=32 --tenant b,weight=2,conc=32 \
       --tenant c,weight=5,conc=32,start=10,stop=20 ;;

@@ -193,6 +193,10 @@ pub struct TenantsArgs {
     /// Measured seconds (after warm-up).
     #[arg(long, default_value_t = 20)]
     pub duration: u64,
+    /// Also cut the phases at this second (repeatable): to line a run up
+    /// with another bench process whose tenants start or stop then.
+    #[arg(long = "cut")]
+    pub cuts: Vec<u64>,
     /// Seconds of unmeasured load (by tenants starting at 0) first.
     #[arg(long, default_value_t = 2)]
     pub warmup: u64,

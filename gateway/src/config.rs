@@ -147,12 +147,14 @@ pub struct ServeArgs {
     pub domain: Option<String>,
 }
 
-/// Default of `--lanes-capacity`: 8 MiB, 32 body chunks of 256 KiB (see
-/// docs/qos.md for why).
-pub const DEFAULT_LANES_CAPACITY: u64 = 8 * 1024 * 1024;
+/// Default of `--lanes-capacity`: 512 KiB, about five small requests or
+/// two body chunks in flight, measured on the benchmark machine (see
+/// docs/qos.md, "How the defaults were measured").
+pub const DEFAULT_LANES_CAPACITY: u64 = 512 * 1024;
 
-/// Default of `--lanes-base-cost` (see docs/qos.md for why).
-pub const DEFAULT_LANES_BASE_COST: u64 = 4 * 1024;
+/// Default of `--lanes-base-cost`: 96 KiB, what a small request costs the
+/// benchmark machine in bytes of streaming (see docs/qos.md).
+pub const DEFAULT_LANES_BASE_COST: u64 = 96 * 1024;
 
 /// Validated settings of `laneway serve`.
 #[derive(Debug, Clone)]

@@ -28,6 +28,9 @@
 //!   (`403 AccessDenied` "Invalid according to Policy: ...", via
 //!   [`crate::error::post_policy_error`]).
 //!
+//! Files are limited to [`MAX_POST_FILE_BYTES`] (set in s3s's config by
+//! `serve`), because s3s buffers them.
+//!
 //! Not supported: the `${filename}` key variable. s3s 0.14.1 does not pass
 //! the file part's name on to the handler, so the key cannot be completed
 //! as AWS does; such a key is refused (`501 NotImplemented`) rather than
@@ -40,6 +43,12 @@ use crate::meta::MetaInput;
 use crate::put::{Upload, store_upload};
 use s3s::dto::*;
 use s3s::{HttpResponse, S3Request, S3Response};
+
+/// Largest file a form upload may carry. s3s reads the whole file into
+/// memory before the handler runs, so this bounds the memory one form
+/// upload can take (AWS allows 5 GB; larger files need PutObject or a
+/// multipart upload, which stream). Bigger files get `EntityTooLarge`.
+pub const MAX_POST_FILE_BYTES: u64 = 64 << 20;
 
 /// The key variable AWS replaces with the uploaded file's name.
 const FILENAME_VARIABLE: &str = "${filename}";

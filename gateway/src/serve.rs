@@ -35,6 +35,7 @@ use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use laneway_store::{Store, StoreConfig, StoreError};
 use laneway_tenancy::{Bootstrap, TenancyError};
+use s3s::config::{S3Config, StaticConfigProvider};
 use s3s::service::{S3Service, S3ServiceBuilder};
 use s3s::{HttpError, HttpResponse};
 use std::io::Write;
@@ -175,6 +176,9 @@ fn build_service(store: Arc<Store>, cfg: &ServeConfig, keys: &Arc<KeyCache>) -> 
     builder.set_auth(KeyAuth::new(Arc::clone(keys)));
     builder.set_access(TenantAccess::new(Arc::clone(keys)));
     builder.set_validation(BucketNames);
+    let mut s3s_config = S3Config::default();
+    s3s_config.post_object_max_file_size = crate::post::MAX_POST_FILE_BYTES;
+    builder.set_config(Arc::new(StaticConfigProvider::new(Arc::new(s3s_config))));
     builder.build()
 }
 

@@ -8,7 +8,10 @@
 //! Contention is made deterministic, not timed: a client that stops
 //! reading a large GET leaves the server holding the body chunk it is
 //! sending, and with `--lanes-capacity 1` that chunk holds the whole
-//! capacity until the client reads on.
+//! capacity until the client reads on. The requests that must be refused
+//! come from a second tenant: a lane that has been alone for a while may
+//! use eight capacities (`laneway_qos::ALONE_FACTOR`); two active lanes
+//! share one.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -96,6 +99,25 @@ impl Server {
             .expect("scrape");
         assert_eq!(status, 200);
         String::from_utf8(body.to_vec()).expect("utf-8")
+    }
+
+    /// Creates tenant `name`; returns its id and a client with its key.
+    async fn second_tenant(&self, name: &str) -> (String, S3Client) {
+        let (status, v) = self
+            .admin
+            .call(Method::POST, "/v1/tenants", Some(&json!({ "name": name })))
+            .await
+            .expect("create tenant");
+        assert_eq!(status, 201, "{v}");
+        let key = |f: &str| v["key"][f].as_str().expect("key field").to_string();
+        let client = S3Client::new(
+            &format!("http://{}", self.s3),
+            &key("access_key"),
+            &key("secret_key"),
+        )
+        .expect("s3 client")
+        .with_timeout(Duration::from_secs(60));
+        (v["tenant"]["id"].as_str().expect("id").to_string(), client)
     }
 
     /// The id of the default tenant (the metrics label).
@@ -204,18 +226,25 @@ async fn past_the_bounds_requests_get_slowdown_then_succeed() {
         .await
         .expect("put small");
 
+    let (other_id, other) = server.second_tenant("other").await;
+    other.create_bucket("lanes").await.expect("other's bucket");
+    other
+        .put_object("lanes", "small", Bytes::from_static(b"hello"))
+        .await
+        .expect("other's put");
+
     let stalled = send(&server.s3, signed_get(&server, "/lanes/big")).await;
     assert_eq!(stalled.status(), 200);
     wait_stalled(&server, &tenant).await;
 
-    // Signed requests of the tenant: one waits 50 ms, the rest find the
-    // lane full; all are refused.
-    let burst = (0..6).map(|_| client.head_object("lanes", "small"));
+    // Signed requests of a second tenant: one waits 50 ms, the rest find
+    // the lane full; all are refused.
+    let burst = (0..6).map(|_| other.head_object("lanes", "small"));
     for r in futures::future::join_all(burst).await {
         let e = r.expect_err("refused while the capacity is held");
         assert_eq!(e.status(), Some(503), "{e}");
     }
-    let e = client
+    let e = other
         .put_object("lanes", "refused", Bytes::from_static(b"x"))
         .await
         .expect_err("refused");
@@ -257,7 +286,7 @@ async fn past_the_bounds_requests_get_slowdown_then_succeed() {
     wait_idle(&server).await;
     let small = client.get_object("lanes", "small").await.expect("get");
     assert_eq!(small.body, Bytes::from_static(b"hello"));
-    let e = client
+    let e = other
         .get_object("lanes", "refused")
         .await
         .expect_err("never stored");
@@ -266,7 +295,7 @@ async fn past_the_bounds_requests_get_slowdown_then_succeed() {
     let m = server.metrics().await;
     let rejected = |op: &str, reason: &str| {
         let name = format!(
-            "laneway_rejections_total{{tenant=\"{tenant}\",op=\"{op}\",reason=\"{reason}\"}}"
+            "laneway_rejections_total{{tenant=\"{other_id}\",op=\"{op}\",reason=\"{reason}\"}}"
         );
         sample(&m, &name).unwrap_or(0)
     };
@@ -315,7 +344,7 @@ async fn metrics_count_requests_per_tenant_and_operation() {
     assert_eq!(at("laneway_bytes_in_total", "PutObject"), Some(3000));
     assert_eq!(
         at("laneway_cost_units_total", "PutObject"),
-        Some(3 * 4096 + 3000)
+        Some(3 * laneway_gateway::config::DEFAULT_LANES_BASE_COST + 3000)
     );
     assert_eq!(
         at("laneway_request_duration_seconds_count", "PutObject"),

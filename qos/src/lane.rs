@@ -86,6 +86,11 @@ impl Lane {
         Some((tag, head.seq))
     }
 
+    /// Whether the lane has work waiting or in flight.
+    pub fn is_active(&self) -> bool {
+        !self.queue.is_empty() || self.in_flight > 0
+    }
+
     /// Charges `units` of work done without waiting for capacity (the
     /// small body of a request that already holds its permit): later
     /// requests of the lane start that much further on in virtual time.

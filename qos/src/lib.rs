@@ -43,6 +43,6 @@ pub use config::{
 pub use error::{OverloadReason, Overloaded};
 pub use lanes::{Lanes, Permit};
 pub use pace::pace;
-pub use scheduler::{Config, LaneStats, Rejected, Scheduler, TicketId};
+pub use scheduler::{ALONE_AFTER, ALONE_FACTOR, Config, LaneStats, Rejected, Scheduler, TicketId};
 pub use stats::{LanesSnapshot, TenantSnapshot};
 pub use tenant::{TenantKey, Weight};

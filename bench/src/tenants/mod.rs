@@ -46,7 +46,7 @@ pub async fn run_mode(a: TenantsArgs) -> Result<(), String> {
     let clock = Clock {
         duration: a.duration,
         warmup: Duration::from_secs(a.warmup),
-        phases: phases(&specs, a.duration),
+        phases: phases(&specs, &a.cuts, a.duration),
     };
     print_method(&a, &specs, &clock);
     let run_id = run_id();

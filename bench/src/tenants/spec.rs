@@ -131,9 +131,10 @@ impl TenantSpec {
 }
 
 /// Phase boundaries in seconds: 0, every start and stop inside the run,
-/// and `duration`, sorted and without repeats.
-pub fn phases(specs: &[TenantSpec], duration: u64) -> Vec<(u64, u64)> {
+/// the `extra` cuts, and `duration`, sorted and without repeats.
+pub fn phases(specs: &[TenantSpec], extra: &[u64], duration: u64) -> Vec<(u64, u64)> {
     let mut cuts: Vec<u64> = vec![0, duration];
+    cuts.extend(extra.iter().map(|&c| c.min(duration)));
     for s in specs {
         let (start, stop) = s.window(duration);
         cuts.extend([start, stop]);
@@ -187,7 +188,8 @@ mod tests {
             TenantSpec::parse("b,start=10,stop=20").expect("b"),
             TenantSpec::parse("c,stop=99").expect("c"),
         ];
-        assert_eq!(phases(&specs, 30), vec![(0, 10), (10, 20), (20, 30)]);
+        assert_eq!(phases(&specs, &[], 30), vec![(0, 10), (10, 20), (20, 30)]);
+        assert_eq!(phases(&specs[..1], &[5, 99], 30), vec![(0, 5), (5, 30)]);
         assert!(specs[1].active_in(30, 10, 20));
         assert!(!specs[1].active_in(30, 20, 30));
         assert!(specs[2].active_in(30, 20, 30));

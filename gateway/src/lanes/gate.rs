@@ -17,12 +17,14 @@
 //! those bytes through the same lane ([`super::meter`]).
 //!
 //! Bodies come in two sizes ([`small_body`]). A body of at most one chunk
-//! is carried under the request's permit and its bytes are charged to the
-//! lane as they flow, without a second wait ([`Lanes::charge`]): the
-//! permit then covers the request's whole life, which for small requests
-//! is where the work is (auth, the store's commit, writing the answer).
-//! A larger body is paced chunk by chunk through the lane instead, and the
-//! permit is dropped before its first chunk waits for a grant (no
+//! has its bytes charged to the lane as they flow, without a second wait
+//! ([`Lanes::charge`]); a larger one is paced chunk by chunk through the
+//! lane. A small *response* body is carried under the request's permit,
+//! so for a small GET the permit covers the request's whole life, which
+//! is where its (CPU) work is. A request body drops the permit when it is
+//! first read: an upload's commit waits for the disk, and holding
+//! capacity through it would cap the store's group commits. A paced body
+//! always drops the permit before its first chunk waits for a grant (no
 //! hold-and-wait, see [`super::body`]).
 //!
 //! The claimed key is trusted for accounting before its signature is
@@ -87,10 +89,10 @@ impl LaneGate {
             Ok(p) => p,
             Err(o) => return Ok(self.refuse(&caller, &o, request_id)),
         };
-        // Run the admitted request as a fresh turn of the runtime, not in
-        // the same poll that parsed it: see "CPU-bound requests" in
-        // docs/qos.md (without this, requests queue in the runtime before
-        // the lanes and are served first come, first served).
+        // The admitted request runs as a fresh turn of the runtime, at the
+        // back of its queue, not in the poll that parsed it: see
+        // "CPU-bound requests" in docs/qos.md (without this, requests
+        // queue in the runtime before the lanes, first come, first served).
         tokio::task::yield_now().await;
         let held: HeldPermit = Arc::new(Mutex::new(Some(permit)));
         let mut req = req.map(|b| self.request_body(b, &caller, &held));
@@ -156,21 +158,22 @@ impl LaneGate {
     }
 
     /// The request body for s3s, counted unless empty: a small one is
-    /// charged as it flows under the request's permit, a large one is
-    /// paced and drops the permit before it is first read.
+    /// charged as it flows, a large one is paced; either drops the permit
+    /// when it is first read (an upload's commit waits for the disk, not
+    /// for CPU, and must not hold capacity that would cap group commits).
     fn request_body(&self, body: Incoming, caller: &Caller, held: &HeldPermit) -> s3s::Body {
         if body.is_end_stream() {
             return s3s::Body::from(body);
         }
         let hint = body.size_hint();
         let series = Arc::clone(&caller.series);
-        let body = if small_body(hint.exact(), self.chunk_bytes()) {
-            let charged = self.charged(&caller.tenant, s3s::Body::from(body));
-            PacedBody::new(charged, hint, series, Direction::In)
+        let body = s3s::Body::from(body);
+        let stream = if small_body(hint.exact(), self.chunk_bytes()) {
+            self.charged(&caller.tenant, body)
         } else {
-            let paced = self.paced(&caller.tenant, s3s::Body::from(body));
-            PacedBody::new(paced, hint, series, Direction::In).releasing(Arc::clone(held))
+            self.paced(&caller.tenant, body)
         };
+        let body = PacedBody::new(stream, hint, series, Direction::In).releasing(Arc::clone(held));
         s3s::Body::http_body_unsync(body)
     }
 

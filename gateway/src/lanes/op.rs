@@ -76,6 +76,7 @@ fn bucket_op(method: &Method, q: &Query<'_>) -> &'static str {
         ("GET", Some("location")) => "GetBucketLocation",
         ("GET", Some("versions")) => "ListObjectVersions",
         ("POST", Some("delete")) => "DeleteObjects",
+        ("POST", None) => "PostObject",
         ("GET", None) if q.has("list-type") => "ListObjectsV2",
         ("GET", None) => "ListObjects",
         ("PUT", None) => "CreateBucket",
@@ -130,6 +131,7 @@ mod tests {
         assert_eq!(op(Method::GET, "/b", "prefix=a"), "ListObjects");
         assert_eq!(op(Method::GET, "/b", "location"), "GetBucketLocation");
         assert_eq!(op(Method::POST, "/b", "delete"), "DeleteObjects");
+        assert_eq!(op(Method::POST, "/b", ""), "PostObject");
         assert_eq!(op(Method::DELETE, "/b", ""), "DeleteBucket");
         assert_eq!(op(Method::PATCH, "/b", ""), "Other");
     }
