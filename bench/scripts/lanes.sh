@@ -16,7 +16,8 @@
 # Extra arguments go to `laneway serve` (e.g. --lanes off,
 # --lanes-capacity 2097152). Needs a release build (cargo build --release).
 # DURATION (seconds, default 20) overrides the measured time of the
-# figures with one phase.
+# figures with one phase. PIN=0 lets server and loader float over both
+# CPUs; SERVER_CPU=0.6 caps the server at that fraction of a CPU.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 figure="${1:?usage: lanes.sh FIGURE [serve flags...]}"
@@ -38,13 +39,28 @@ if [ "${PIN:-1}" = 1 ]; then server_cpu=(taskset -c 1); loader_cpu=(taskset -c 0
   --admin-listen "127.0.0.1:$admin_port" --admin-token "$token" "$@" \
   >"$dir.log" 2>&1 &
 server=$!
-cleanup() { kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true; rm -rf "$dir" "$dir.log"; }
+cgroup=""
+cleanup() {
+  kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true
+  rm -rf "$dir" "$dir.log"
+  if [ -n "$cgroup" ]; then rmdir "$cgroup" 2>/dev/null || true; fi
+}
 trap cleanup EXIT
+# SERVER_CPU=0.6 caps the server at that fraction of one CPU (cgroup v1
+# CFS quota, 10 ms period), so that the server, not the loader, stays the
+# bottleneck however fast the host runs that minute. Needs root.
+if [ -n "${SERVER_CPU:-}" ]; then
+  cgroup="/sys/fs/cgroup/cpu/laneway-lanes-$$"
+  mkdir "$cgroup"
+  echo 10000 > "$cgroup/cpu.cfs_period_us"
+  awk -v f="$SERVER_CPU" 'BEGIN { printf "%d\n", f * 10000 }' > "$cgroup/cpu.cfs_quota_us"
+  echo "$server" > "$cgroup/cgroup.procs"
+fi
 for _ in $(seq 100); do
   if (exec 3<>"/dev/tcp/127.0.0.1/$admin_port") 2>/dev/null; then break; fi
   sleep 0.1
 done
-echo "# server: laneway serve $* (pid $server)"
+echo "# server: laneway serve $* (pid $server${SERVER_CPU:+, capped at $SERVER_CPU CPU})"
 
 bench() {
   LANEWAY_ADMIN_TOKEN="$token" "${loader_cpu[@]}" "$bin/laneway-bench" tenants \
