@@ -24,7 +24,7 @@ use crate::conditional::{Conditions, Verdict};
 use crate::context::{Gateway, ReqCtx};
 use crate::error::{GwError, GwResult};
 use crate::get::check_version_id;
-use crate::meta::{MetaInput, etag, timestamp};
+use crate::meta::{etag, timestamp};
 use crate::names::check_key;
 use crate::put::{MAX_PUT_BYTES, write_cond};
 use crate::tagging;
@@ -168,18 +168,7 @@ pub async fn copy_object(
         .then(|| tagging::from_header(input.tagging.as_deref()))
         .transpose()?;
     let new_meta = if replace_meta {
-        Some(
-            MetaInput {
-                content_type: input.content_type,
-                content_encoding: input.content_encoding,
-                content_disposition: input.content_disposition,
-                content_language: input.content_language,
-                cache_control: input.cache_control,
-                expires: input.expires,
-                user: input.metadata,
-            }
-            .into_meta()?,
-        )
+        Some(crate::meta::meta_input!(input).into_meta()?)
     } else {
         None
     };

@@ -19,6 +19,24 @@ pub const MAX_USER_META_BYTES: usize = 2048;
 /// Content-Type returned when the uploader gave none (as AWS does).
 pub const DEFAULT_CONTENT_TYPE: &str = "binary/octet-stream";
 
+/// The [`MetaInput`] of an s3s input that carries the metadata headers
+/// (PutObject, PostObject, CopyObject, CreateMultipartUpload: their
+/// fields have the same names), moving the fields out of `$input`.
+macro_rules! meta_input {
+    ($input:expr) => {
+        $crate::meta::MetaInput {
+            content_type: $input.content_type,
+            content_encoding: $input.content_encoding,
+            content_disposition: $input.content_disposition,
+            content_language: $input.content_language,
+            cache_control: $input.cache_control,
+            expires: $input.expires,
+            user: $input.metadata,
+        }
+    };
+}
+pub(crate) use meta_input;
+
 /// The metadata headers of a PUT or a CopyObject with REPLACE.
 #[derive(Default)]
 pub struct MetaInput {

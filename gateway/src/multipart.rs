@@ -24,7 +24,6 @@ use crate::checksum::{self, Algo};
 use crate::composite;
 use crate::context::{Gateway, ReqCtx};
 use crate::error::{GwError, GwResult};
-use crate::meta::MetaInput;
 use crate::names::check_key;
 use crate::put::{declared_length, decoded_content_length, parse_content_md5, write_cond};
 use crate::tagging;
@@ -61,16 +60,7 @@ pub async fn create_multipart_upload(
         input.checksum_algorithm.as_ref(),
         input.checksum_type.as_ref(),
     )?;
-    let meta = MetaInput {
-        content_type: input.content_type,
-        content_encoding: input.content_encoding,
-        content_disposition: input.content_disposition,
-        content_language: input.content_language,
-        cache_control: input.cache_control,
-        expires: input.expires,
-        user: input.metadata,
-    }
-    .into_meta()?;
+    let meta = crate::meta::meta_input!(input).into_meta()?;
     let upload_id = gw
         .store()
         .create_multipart_upload_with(&bucket, &input.key, meta, tags, wanted.clone())

@@ -39,7 +39,6 @@
 use crate::checksum::{self, Algo};
 use crate::context::{Gateway, ReqCtx};
 use crate::error::{GwError, GwResult, post_policy_error};
-use crate::meta::MetaInput;
 use crate::put::{Upload, store_upload};
 use s3s::dto::*;
 use s3s::{HttpResponse, S3Request, S3Response};
@@ -99,15 +98,7 @@ fn form_upload(input: PostObjectInput) -> Upload {
         content_md5: input.content_md5,
         tagging: input.tagging,
         acl: input.acl,
-        meta: MetaInput {
-            content_type: input.content_type,
-            content_encoding: input.content_encoding,
-            content_disposition: input.content_disposition,
-            content_language: input.content_language,
-            cache_control: input.cache_control,
-            expires: input.expires,
-            user: input.metadata,
-        },
+        meta: crate::meta::meta_input!(input),
         if_match: input.if_match,
         if_none_match: input.if_none_match,
     }

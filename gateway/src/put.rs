@@ -116,15 +116,7 @@ impl Upload {
             content_md5: input.content_md5,
             tagging: input.tagging,
             acl: input.acl,
-            meta: MetaInput {
-                content_type: input.content_type,
-                content_encoding: input.content_encoding,
-                content_disposition: input.content_disposition,
-                content_language: input.content_language,
-                cache_control: input.cache_control,
-                expires: input.expires,
-                user: input.metadata,
-            },
+            meta: crate::meta::meta_input!(input),
             if_match: input.if_match,
             if_none_match: input.if_none_match,
         }

@@ -162,6 +162,7 @@ pub struct StoredObject {
 /// The layout of [`FORMAT_V1`] object records: a [`StoredObject`] without
 /// part checksums.
 #[derive(Deserialize)]
+#[cfg_attr(test, derive(Serialize))]
 struct StoredObjectV1 {
     size: u64,
     md5: [u8; 16],
@@ -362,20 +363,9 @@ mod tests {
 
     #[test]
     fn v1_records_decode_without_part_checksums() {
-        #[derive(Serialize)]
-        struct V1<'a> {
-            size: u64,
-            md5: [u8; 16],
-            mtime_ms: i64,
-            parts: u32,
-            meta: ObjectMeta,
-            tags: Vec<Tag>,
-            checksum: Option<Checksum>,
-            data: &'a DataLoc,
-        }
         let data = DataLoc::Inline(b"xyz".to_vec());
         let mut enc = vec![FORMAT_V1];
-        let v1 = V1 {
+        let v1 = StoredObjectV1 {
             size: 3,
             md5: [1; 16],
             mtime_ms: 9,
@@ -383,7 +373,7 @@ mod tests {
             meta: ObjectMeta::default(),
             tags: Vec::new(),
             checksum: None,
-            data: &data,
+            data: data.clone(),
         };
         bincode::serialize_into(&mut enc, &v1).expect("encode v1");
         let got = StoredObject::decode(&enc).expect("decode v1");
