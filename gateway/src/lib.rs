@@ -64,6 +64,7 @@ pub mod serve;
 pub mod tagging;
 pub mod tls;
 pub mod token;
+pub mod unread;
 pub mod uploads;
 pub mod vhost;
 

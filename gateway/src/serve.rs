@@ -17,7 +17,9 @@
 //! Then it goes through the lanes ([`crate::lanes::LaneGate`]: fair-share
 //! admission, paced bodies, metrics) into s3s. The errors s3s raises itself
 //! for a browser-form upload's POST policy are given AWS's codes on the way
-//! out ([`crate::post::recode_policy_error`]).
+//! out ([`crate::post::recode_policy_error`]). An HTTP/1 answer given
+//! before the request's body was read closes the connection
+//! ([`crate::unread`]).
 //!
 //! Shutdown: stop accepting, let in-flight requests finish for the grace
 //! period (a second signal cuts it short), then `Store::shutdown`, which
@@ -354,6 +356,7 @@ async fn handle(
     let is_head = req.method() == http::Method::HEAD;
     let form_post = crate::post::is_form_post(req.method(), req.headers());
     let started = Instant::now();
+    let (req, body) = crate::unread::watch(req);
     let mut result = gate.call(&service, req, &id).instrument(span.clone()).await;
     if form_post {
         // s3s checks POST policies before any handler runs; give its
@@ -364,7 +367,10 @@ async fn handle(
     }
     let _enter = span.enter();
     match &mut result {
-        Ok(resp) => finish(resp, &id, is_head, started),
+        Ok(resp) => {
+            body.close_if_unread(resp.headers_mut());
+            finish(resp, &id, is_head, started);
+        }
         Err(e) => tracing::warn!(error = ?e, "request error"),
     }
     result

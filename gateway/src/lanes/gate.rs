@@ -34,7 +34,6 @@
 use futures::StreamExt;
 use http::Request;
 use http_body::Body as _;
-use hyper::body::Incoming;
 use laneway_qos::{Lanes, Overloaded, Permit, TenantKey, pace};
 use parking_lot::Mutex;
 use s3s::service::S3Service;
@@ -47,6 +46,7 @@ use super::meter::LaneMeter;
 use super::{ANONYMOUS, LaneState, key, op, slowdown};
 use crate::auth::KeyCache;
 use crate::metrics::OpSeries;
+use crate::unread::Watched;
 
 /// The lanes layer: shared state plus the key lookups it needs.
 pub struct LaneGate {
@@ -81,7 +81,7 @@ impl LaneGate {
     pub async fn call(
         &self,
         service: &S3Service,
-        req: Request<Incoming>,
+        req: Request<Watched>,
         request_id: &str,
     ) -> Result<HttpResponse, HttpError> {
         let caller = self.caller(&req);
@@ -115,7 +115,7 @@ impl LaneGate {
         }
     }
 
-    fn caller(&self, req: &Request<Incoming>) -> Caller {
+    fn caller(&self, req: &Request<Watched>) -> Caller {
         let started = Instant::now();
         let uri = req.uri();
         let op = op::classify(req.method(), uri.path(), uri.query(), req.headers());
@@ -161,13 +161,13 @@ impl LaneGate {
     /// charged as it flows, a large one is paced; either drops the permit
     /// when it is first read (an upload's commit waits for the disk, not
     /// for CPU, and must not hold capacity that would cap group commits).
-    fn request_body(&self, body: Incoming, caller: &Caller, held: &HeldPermit) -> s3s::Body {
+    fn request_body(&self, body: Watched, caller: &Caller, held: &HeldPermit) -> s3s::Body {
         if body.is_end_stream() {
-            return s3s::Body::from(body);
+            return s3s::Body::http_body_unsync(body);
         }
         let hint = body.size_hint();
         let series = Arc::clone(&caller.series);
-        let body = s3s::Body::from(body);
+        let body = s3s::Body::http_body_unsync(body);
         let stream = if small_body(hint.exact(), self.chunk_bytes()) {
             self.charged(&caller.tenant, body)
         } else {
