@@ -10,7 +10,9 @@
 #   lone-small  one tenant, 4 KiB GETs (run with --lanes off to compare)
 #   lone-large  one tenant, 64 MiB GETs (run with --lanes off to compare)
 #   lone-put    one tenant, durable 4 KiB PUTs (run with --lanes off to compare)
-#   noisy       a alone for 10 s, then b joins offering 10x its share
+#   noisy       a offers a steady ${ARATE:-2000} requests/s (open loop), alone
+#               for 10 s; then b joins with 128 in flight, asking for all
+#               the server can give
 #   join        1:2:5, c joins at 10 s and leaves at 20 s
 #
 # Extra arguments go to `laneway serve` (e.g. --lanes off,
@@ -80,14 +82,15 @@ case "$figure" in
   lone-large)
     bench --duration "$d" --tenant a,conc=4,size=64MiB,objects=4 ;;
   noisy)
-    bench --duration 20 --tenant a,weight=1,conc=4 --tenant b,weight=1,conc=128,start=10 ;;
+    bench --duration 20 --tenant a,weight=1,conc=4,rate=${ARATE:-2000} \
+      --tenant b,weight=1,conc=128,start=10 ;;
   noisy-split)
     # As noisy, but b is driven by a second loader process at nice 19, so
     # the loader's own CPU sharing does not add to a's latency.
     nice -n 19 bash -c "$(declare -f bench); $(declare -p bin port admin_port token loader_cpu); \
       bench --duration 20 --tenant b,weight=1,conc=128,start=10" > "$dir.b" 2>&1 &
     noisy=$!
-    bench --duration 20 --cut 10 --tenant a,weight=1,conc=4
+    bench --duration 20 --cut 10 --tenant a,weight=1,conc=4,rate=${ARATE:-2000}
     wait "$noisy"; grep -E '^phase|^  b ' "$dir.b"; rm -f "$dir.b" ;;
   join)
     bench --duration 30 --tenant a,weight=1,conc=32 --tenant b,weight=2,conc=32 \

@@ -186,8 +186,9 @@ pub struct TenantsArgs {
     /// Admin bearer token.
     #[arg(long, env = "LANEWAY_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: String,
-    /// One tenant: `name,weight=N,conc=N,size=S,mix=op:w+op:w,objects=N,start=S,stop=S`
-    /// (repeat the flag for each tenant).
+    /// One tenant: `name,weight=N,conc=N,rate=R,size=S,mix=op:w+op:w,objects=N,start=S,stop=S`
+    /// (repeat the flag for each tenant); without `rate` a closed loop of
+    /// `conc` workers, with it an open loop offering R requests/s.
     #[arg(long = "tenant", required = true)]
     pub tenants: Vec<String>,
     /// Measured seconds (after warm-up).

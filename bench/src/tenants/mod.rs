@@ -4,8 +4,8 @@
 //!
 //! The mode provisions one fresh tenant per `--tenant` through the admin
 //! API (named `<run id>-<name>`, with the spec's weight), creates its
-//! bucket and PUTs its key space, then runs every tenant's closed loop over
-//! its own window and prints one table per phase (see [`report`]). The
+//! bucket and PUTs its key space, then runs every tenant's loop (closed,
+//! or open with `rate`) over its own window and prints one table per phase (see [`report`]). The
 //! secrets it gets back are used for signing only and never printed.
 //!
 //! - [`spec`]: the `--tenant` syntax and phases;
@@ -16,6 +16,7 @@ pub mod report;
 pub mod run;
 pub mod spec;
 
+use std::sync::atomic::AtomicU64;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::admin::AdminClient;
@@ -80,10 +81,12 @@ fn print_method(a: &TenantsArgs, specs: &[TenantSpec], clock: &Clock) {
     for s in specs {
         let (start, stop) = s.window(a.duration);
         println!(
-            "# tenant {}: weight={} conc={} size={} mix={} objects={} window={start}-{stop}s",
+            "# tenant {}: weight={} conc={} rate={} size={} mix={} objects={} window={start}-{stop}s",
             s.name,
             s.weight,
             s.concurrency,
+            s.rate
+                .map_or("closed-loop".to_owned(), |r| format!("{r}/s")),
             s.size,
             s.mix_text(),
             s.objects
@@ -96,7 +99,7 @@ fn print_method(a: &TenantsArgs, specs: &[TenantSpec], clock: &Clock) {
         .collect();
     println!("# phases (s): {}", cuts.join(", "));
     println!(
-        "# method: a fresh tenant per --tenant (admin API), own bucket and keys; closed loop per tenant; \
+        "# method: a fresh tenant per --tenant (admin API), own bucket and keys; closed loop per tenant (open loop with rate=, latency from the due time); \
 a request counts in the phase it completes in; cost = the server's laneway_cost_units_total per tenant, read at each phase boundary"
     );
     println!("{CLIENT_METHOD}");
@@ -129,6 +132,7 @@ async fn provision(
         id: created.id,
         client,
         work,
+        issued: AtomicU64::new(0),
     })
 }
 

@@ -1,8 +1,14 @@
 //! Driving several tenants at once and collecting per-phase figures.
 //!
-//! Each tenant gets `concurrency` closed-loop workers using its own key.
-//! Workers of a tenant that starts at 0 begin at once (during the warm-up);
-//! the others sleep until their start second. A worker stops issuing at
+//! Each tenant gets `concurrency` workers using its own key: a closed
+//! loop, or with `rate` an open loop whose workers take the next slot of
+//! the tenant's schedule (request k is due at k/rate seconds) and sleep
+//! until it is due. An open-loop request's latency runs from its due time,
+//! so a request that starts late because every worker was busy counts
+//! its lateness too (but not the timer's: tokio's sleeps end on a
+//! millisecond tick, so a request whose slot was still ahead counts from
+//! when its worker woke). Workers of a tenant that starts at 0 begin at once
+//! (during the warm-up); the others sleep until their start second. A worker stops issuing at
 //! its tenant's stop second. A request is counted in the phase in which
 //! it *completes*, and only if it completes inside its tenant's window,
 //! so per-phase rates are "what was served in that phase". Alongside, a
@@ -11,6 +17,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -33,6 +40,22 @@ pub struct Lane {
     pub client: S3Client,
     /// Bucket, keys, size and mix.
     pub work: Workload,
+    /// Open loop: slots of the schedule taken so far.
+    pub issued: AtomicU64,
+}
+
+impl Lane {
+    /// When the next request should start: at once for a closed loop;
+    /// for an open loop, the due time of the next free slot counted from
+    /// `origin`.
+    fn next_due(&self, origin: Instant) -> Instant {
+        match self.spec.rate {
+            None => Instant::now(),
+            Some(rate) => {
+                due_time(origin, self.issued.fetch_add(1, Ordering::Relaxed), rate)
+            }
+        }
+    }
 }
 
 /// Timing of the measured run.
@@ -123,6 +146,22 @@ async fn scrape(
     out
 }
 
+/// When slot `k` of a schedule of `rate` requests/s from `origin` is due.
+fn due_time(origin: Instant, k: u64, rate: u64) -> Instant {
+    origin + Duration::from_secs_f64(k as f64 / rate.max(1) as f64)
+}
+
+/// Waits until `due` if it is still ahead; returns when the request
+/// counts as started: `due` if it had already passed (the lateness is the
+/// server's doing), else the moment the sleep ended.
+async fn start_at(due: Instant) -> Instant {
+    if due <= Instant::now() {
+        return due;
+    }
+    tokio::time::sleep_until(due.into()).await;
+    Instant::now()
+}
+
 /// The phase a completion `at` seconds into the run falls in.
 fn phase_of(phases: &[(u64, u64)], at: f64) -> Option<usize> {
     phases
@@ -143,12 +182,21 @@ async fn worker(
         tokio::time::sleep_until((t0 + Duration::from_secs(start)).into()).await;
     }
     let end = t0 + Duration::from_secs(stop);
+    let origin = if start > 0 {
+        t0 + Duration::from_secs(start)
+    } else {
+        t0 - clock.warmup
+    };
     let mut rng = StdRng::seed_from_u64(lane.work.seed ^ id.wrapping_mul(0x9e37_79b9_7f4a_7c15));
     let work = &lane.work;
-    while Instant::now() < end {
+    loop {
+        let due = lane.next_due(origin);
+        if due >= end {
+            break;
+        }
+        let began = start_at(due).await;
         let op = workload::pick(&work.mix, &mut rng);
         let key = work.keys.key(rng.random_range(0..work.keys.count.max(1)));
-        let began = Instant::now();
         let res = workload::one_op(&lane.client, work, &payload, op, &key, id, &mut rng).await;
         let done = Instant::now();
         if done < t0 || done >= end {
@@ -168,6 +216,14 @@ async fn worker(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn open_loop_slots_are_evenly_spaced() {
+        let origin = Instant::now();
+        assert_eq!(due_time(origin, 0, 2000), origin);
+        assert_eq!(due_time(origin, 1, 2000), origin + Duration::from_micros(500));
+        assert_eq!(due_time(origin, 4000, 2000), origin + Duration::from_secs(2));
+    }
 
     #[test]
     fn completions_fall_in_phases() {

@@ -2,6 +2,10 @@
 //!
 //! A spec is a name followed by `key=value` settings, comma-separated:
 //! `a,weight=3,conc=32,size=4KiB,mix=get:1+put:1,objects=100,start=10,stop=20`.
+//! Without `rate` a tenant is a closed loop of `conc` workers; `rate=R`
+//! makes it an open loop that offers R requests/s (with at most `conc` in
+//! flight), the shape of a tenant whose load does not grow with the
+//! server's speed.
 //! Operations in `mix` are joined by `+` (the comma separates settings).
 //! `start` and `stop` are seconds from the start of measurement; a tenant
 //! runs over `[start, stop)` and the run is cut into *phases* at every
@@ -19,8 +23,10 @@ pub struct TenantSpec {
     pub name: String,
     /// Weight given to the tenant (1..=1000).
     pub weight: u32,
-    /// Requests in flight (closed loop).
+    /// Requests in flight (closed loop), or at most in flight (open loop).
     pub concurrency: usize,
+    /// Requests/s offered (open loop); `None`: a closed loop.
+    pub rate: Option<u64>,
     /// Object size for PUT and GET.
     pub size: u64,
     /// Weighted operations.
@@ -50,6 +56,7 @@ impl TenantSpec {
             name,
             weight: 1,
             concurrency: 32,
+            rate: None,
             size: 4096,
             mix: vec![(Op::Get, 1)],
             objects: 100,
@@ -76,6 +83,7 @@ impl TenantSpec {
         match k {
             "weight" => self.weight = u32::try_from(num(v)?).map_err(|_| "weight too big")?,
             "conc" | "concurrency" => self.concurrency = usize::try_from(num(v)?).unwrap_or(0),
+            "rate" => self.rate = Some(num(v)?),
             "size" => self.size = parse_size(v)?,
             "mix" => self.mix = parse_mix(&v.replace('+', ","))?,
             "objects" => self.objects = num(v)?,
@@ -92,6 +100,9 @@ impl TenantSpec {
         }
         if !(1..=crate::cli::MAX_CONCURRENCY).contains(&self.concurrency) {
             return Err("conc must be 1..=4096".to_owned());
+        }
+        if self.rate == Some(0) {
+            return Err("rate must be at least 1 request/s".to_owned());
         }
         if self.size > crate::cli::MAX_SIZE || self.objects == 0 {
             return Err("size too big or objects = 0".to_owned());
@@ -160,6 +171,9 @@ mod tests {
         assert_eq!((s.objects, s.start, s.stop), (4, 5, Some(15)));
         assert!(s.reads());
         assert_eq!(s.mix_text(), "get:3+put:1");
+        assert_eq!(s.rate, None);
+        let open = TenantSpec::parse("a,rate=2000,conc=4").expect("valid");
+        assert_eq!((open.rate, open.concurrency), (Some(2000), 4));
     }
 
     #[test]
@@ -172,6 +186,8 @@ mod tests {
             "a,weight=0",
             "a,weight=1001",
             "a,conc=0",
+            "a,rate=0",
+            "a,rate=fast",
             "a,start=5,stop=5",
             "a,colour=red",
             "a,weight",
