@@ -20,6 +20,9 @@
 # DURATION (seconds, default 20) overrides the measured time of the
 # figures with one phase. PIN=0 lets server and loader float over both
 # CPUs; SERVER_CPU=0.6 caps the server at that fraction of a CPU.
+# SIGN_REUSE (seconds, default 60; 0 signs every request) lets the loader
+# reuse a signature for identical requests, so that it spends its CPU on
+# sending requests rather than on HMACs: see bench/src/sign.rs.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 figure="${1:?usage: lanes.sh FIGURE [serve flags...]}"
@@ -66,7 +69,8 @@ echo "# server: laneway serve $* (pid $server${SERVER_CPU:+, capped at $SERVER_C
 
 bench() {
   LANEWAY_ADMIN_TOKEN="$token" "${loader_cpu[@]}" "$bin/laneway-bench" tenants \
-    --endpoint "http://127.0.0.1:$port" --admin-endpoint "http://127.0.0.1:$admin_port" "$@"
+    --endpoint "http://127.0.0.1:$port" --admin-endpoint "http://127.0.0.1:$admin_port" \
+    --reuse-signatures-secs "${SIGN_REUSE:-60}" "$@"
 }
 
 case "$figure" in

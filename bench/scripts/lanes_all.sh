@@ -17,6 +17,7 @@ run "$here/lanes.sh" lone-put --lanes off
 run "$here/lanes.sh" noisy
 run "$here/lanes.sh" noisy --lanes off
 run "$here/lanes.sh" noisy-split
+run "$here/lanes.sh" noisy-split --lanes off
 run "$here/lanes.sh" join
 run env CONC=128 "$here/lanes.sh" weights13
 run "$here/lanes.sh" lone-small

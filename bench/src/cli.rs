@@ -194,6 +194,12 @@ pub struct TenantsArgs {
     /// Measured seconds (after warm-up).
     #[arg(long, default_value_t = 20)]
     pub duration: u64,
+    /// Reuse a request's signature for identical requests within this
+    /// many seconds (0: sign every request). The server still verifies
+    /// every request; this only makes the loader cheaper, so that on a
+    /// shared machine the server stays the bottleneck.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=300))]
+    pub reuse_signatures_secs: u64,
     /// Also cut the phases at this second (repeatable): to line a run up
     /// with another bench process whose tenants start or stop then.
     #[arg(long = "cut")]

@@ -77,6 +77,14 @@ impl S3Client {
         self
     }
 
+    /// Reuses a signature for identical requests made within `window` of
+    /// it (see [`Signer::reusing`]); clones made before this call keep
+    /// signing every request.
+    pub fn reusing_signatures(mut self, window: Duration) -> Self {
+        self.signer = Arc::new(self.signer.reusing(window));
+        self
+    }
+
     /// Sets the largest body that operations returning [`Bytes`] buffer.
     pub fn with_max_body(mut self, max_body: usize) -> Self {
         self.max_body = max_body;

@@ -75,8 +75,8 @@ fn print_method(a: &TenantsArgs, specs: &[TenantSpec], clock: &Clock) {
     println!("# laneway-bench tenants");
     println!("{}", crate::machine::describe());
     println!(
-        "# endpoint={} admin={} duration={}s warmup={}s seed={}",
-        a.endpoint, a.admin_endpoint, a.duration, a.warmup, a.seed
+        "# endpoint={} admin={} duration={}s warmup={}s seed={} reuse-signatures={}s",
+        a.endpoint, a.admin_endpoint, a.duration, a.warmup, a.seed, a.reuse_signatures_secs
     );
     for s in specs {
         let (start, stop) = s.window(a.duration);
@@ -114,11 +114,14 @@ async fn provision(
 ) -> Result<Lane, String> {
     let name = format!("{run_id}-{}", spec.name);
     let created = admin.create_tenant(&name, spec.weight).await?;
-    let client = S3Client::new(&a.endpoint, &created.access_key, &created.secret_key)
+    let mut client = S3Client::new(&a.endpoint, &created.access_key, &created.secret_key)
         .map_err(|e| e.to_string())?
         .with_timeout(Duration::from_secs(
             a.timeout.max(spec.size / 10_000_000 + 30),
         ));
+    if a.reuse_signatures_secs > 0 {
+        client = client.reusing_signatures(Duration::from_secs(a.reuse_signatures_secs));
+    }
     client
         .ensure_bucket(BUCKET)
         .await

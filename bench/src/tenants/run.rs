@@ -51,9 +51,7 @@ impl Lane {
     fn next_due(&self, origin: Instant) -> Instant {
         match self.spec.rate {
             None => Instant::now(),
-            Some(rate) => {
-                due_time(origin, self.issued.fetch_add(1, Ordering::Relaxed), rate)
-            }
+            Some(rate) => due_time(origin, self.issued.fetch_add(1, Ordering::Relaxed), rate),
         }
     }
 }
@@ -221,8 +219,14 @@ mod tests {
     fn open_loop_slots_are_evenly_spaced() {
         let origin = Instant::now();
         assert_eq!(due_time(origin, 0, 2000), origin);
-        assert_eq!(due_time(origin, 1, 2000), origin + Duration::from_micros(500));
-        assert_eq!(due_time(origin, 4000, 2000), origin + Duration::from_secs(2));
+        assert_eq!(
+            due_time(origin, 1, 2000),
+            origin + Duration::from_micros(500)
+        );
+        assert_eq!(
+            due_time(origin, 4000, 2000),
+            origin + Duration::from_secs(2)
+        );
     }
 
     #[test]
