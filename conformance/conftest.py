@@ -17,6 +17,7 @@ if needed, LANEWAY_TEST_ACCESS_KEY / LANEWAY_TEST_SECRET_KEY.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -24,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,6 +69,7 @@ def _isolate_aws_environment() -> None:
 _isolate_aws_environment()
 
 import boto3  # noqa: E402  (must come after the environment is isolated)
+from botocore.config import Config  # noqa: E402
 
 # Paths of the running server's logs, printed by pytest_terminal_summary when
 # the run fails.
@@ -163,6 +166,52 @@ def require_binary() -> Path:
             pytrace=False,
         )
     return binary
+
+
+ADMIN_TOKEN = "conformance-admin-token-0123456789"
+ADMIN_RE = re.compile(r"laneway admin listening on (http://\S+)")
+
+
+class AdminEnv:
+    """A `laneway serve` of a test module's own, with the admin API on: a
+    provisioning call (`api`) and a boto3 client per key (`client`)."""
+
+    def __init__(self, work: Path, name: str):
+        args = ["--admin-listen", "127.0.0.1:0", "--admin-token", ADMIN_TOKEN]
+        self.proc = LanewayProcess(require_binary(), work / "data", work, args, name=name)
+        self.endpoint = self.proc.endpoint
+        self.admin = ADMIN_RE.search(self.proc.stdout()).group(1)
+
+    def api(self, method: str, path: str, body: dict | None = None) -> dict:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.admin + path, data=data, method=method)
+        req.add_header("Authorization", f"Bearer {ADMIN_TOKEN}")
+        with urllib.request.urlopen(req) as resp:
+            return json.loads(resp.read())
+
+    def client(self, key: dict, secret: str | None = None, signature: str | None = None):
+        """A client for `key` (as the admin API returns it), without retries;
+        `secret` overrides its secret, `signature` its signature version."""
+        config = Config(retries={"max_attempts": 1})
+        if signature:
+            config = config.merge(Config(signature_version=signature))
+        return boto3.session.Session().client(
+            "s3",
+            endpoint_url=self.endpoint,
+            region_name=REGION,
+            aws_access_key_id=key["access_key"],
+            aws_secret_access_key=secret or key["secret_key"],
+            config=config,
+        )
+
+
+def admin_env(tmp_path_factory, name: str):
+    """Generator for a module fixture: an AdminEnv, stopped afterwards."""
+    env = AdminEnv(tmp_path_factory.mktemp(name), name)
+    try:
+        yield env
+    finally:
+        env.proc.stop()
 
 
 @pytest.fixture(scope="session")

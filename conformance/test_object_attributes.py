@@ -53,9 +53,9 @@ def multipart_etag(chunks: list[bytes]) -> str:
     return f"{hashlib.md5(joined).hexdigest()}-{len(chunks)}"
 
 
-def upload(s3, bucket: str, key: str, chunks: list[bytes], algorithm: str, ctype: str | None = None, **complete):
-    """A multipart upload of `chunks` with `algorithm` on create and every
-    part; returns (upload id, CompleteMultipartUpload response)."""
+def _prepared(s3, bucket, key, chunks, algorithm="CRC32", ctype=None):
+    """Create a multipart upload and send its parts with `algorithm`;
+    returns (upload id, the MultipartUpload to complete it with)."""
     create = {"ChecksumAlgorithm": algorithm}
     if ctype:
         create["ChecksumType"] = ctype
@@ -63,11 +63,15 @@ def upload(s3, bucket: str, key: str, chunks: list[bytes], algorithm: str, ctype
     parts = []
     for n, chunk in enumerate(chunks, 1):
         r = s3.upload_part(Bucket=bucket, Key=key, UploadId=uid, PartNumber=n, Body=chunk, ChecksumAlgorithm=algorithm)
-        field = f"Checksum{algorithm}"
-        parts.append({"PartNumber": n, "ETag": r["ETag"], field: r[field]})
-    done = s3.complete_multipart_upload(
-        Bucket=bucket, Key=key, UploadId=uid, MultipartUpload={"Parts": parts}, **complete
-    )
+        parts.append({"PartNumber": n, "ETag": r["ETag"], f"Checksum{algorithm}": r[f"Checksum{algorithm}"]})
+    return uid, {"Parts": parts}
+
+
+def upload(s3, bucket: str, key: str, chunks: list[bytes], algorithm: str, ctype: str | None = None, **complete):
+    """A multipart upload of `chunks` with `algorithm` on create and every
+    part; returns (upload id, CompleteMultipartUpload response)."""
+    uid, parts = _prepared(s3, bucket, key, chunks, algorithm, ctype)
+    done = s3.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=uid, MultipartUpload=parts, **complete)
     return uid, done
 
 
@@ -150,18 +154,6 @@ def test_complete_with_composite_checksum(s3, bucket, suffix):
     composite = b64(crc32_raw(b"".join(crc32_raw(c) for c in chunks)))
     _, done = upload(s3, bucket, "comp", chunks, "CRC32", ChecksumCRC32=composite + suffix)
     assert done["ChecksumCRC32"] == f"{composite}-2"
-
-
-def _prepared(s3, bucket, key, chunks, algorithm="CRC32", ctype=None):
-    create = {"ChecksumAlgorithm": algorithm}
-    if ctype:
-        create["ChecksumType"] = ctype
-    uid = s3.create_multipart_upload(Bucket=bucket, Key=key, **create)["UploadId"]
-    parts = []
-    for n, chunk in enumerate(chunks, 1):
-        r = s3.upload_part(Bucket=bucket, Key=key, UploadId=uid, PartNumber=n, Body=chunk, ChecksumAlgorithm=algorithm)
-        parts.append({"PartNumber": n, "ETag": r["ETag"], f"Checksum{algorithm}": r[f"Checksum{algorithm}"]})
-    return uid, {"Parts": parts}
 
 
 @pytest.mark.parametrize("ctype", ["FULL_OBJECT", "COMPOSITE"])

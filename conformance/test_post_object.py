@@ -25,65 +25,24 @@ import json
 import os
 import re
 import time
-import urllib.request
 import uuid
 
-import boto3
 import pytest
 import requests
-from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from conftest import LanewayProcess, require_binary
+from conftest import admin_env
 
 pytestmark = pytest.mark.skipif(
     bool(os.environ.get("LANEWAY_ENDPOINT")), reason="starts its own laneway; not with LANEWAY_ENDPOINT"
 )
 
-TOKEN = "conformance-post-admin-token-0123456789"
-ADMIN_RE = re.compile(r"laneway admin listening on (http://\S+)")
 KIB = 1024
-
-
-class Env:
-    """The server, its admin API and a client per key."""
-
-    def __init__(self, proc: LanewayProcess):
-        self.proc = proc
-        self.endpoint = proc.endpoint
-        self.admin = ADMIN_RE.search(proc.stdout()).group(1)
-
-    def api(self, method: str, path: str, body: dict | None = None) -> dict:
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.admin + path, data=data, method=method)
-        req.add_header("Authorization", f"Bearer {TOKEN}")
-        with urllib.request.urlopen(req) as resp:
-            return json.loads(resp.read())
-
-    def client(self, key: dict, secret: str | None = None, signature: str | None = None):
-        config = Config(retries={"max_attempts": 1})
-        if signature:
-            config = config.merge(Config(signature_version=signature))
-        return boto3.session.Session().client(
-            "s3",
-            endpoint_url=self.endpoint,
-            region_name="us-east-1",
-            aws_access_key_id=key["access_key"],
-            aws_secret_access_key=secret or key["secret_key"],
-            config=config,
-        )
 
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
-    work = tmp_path_factory.mktemp("post-object")
-    proc = LanewayProcess(
-        require_binary(), work / "data", work, ["--admin-listen", "127.0.0.1:0", "--admin-token", TOKEN], name="post"
-    )
-    try:
-        yield Env(proc)
-    finally:
-        proc.stop()
+    yield from admin_env(tmp_path_factory, "post-object")
 
 
 @pytest.fixture(scope="module")

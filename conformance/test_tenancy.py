@@ -10,63 +10,24 @@ tenants through the admin API."""
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import subprocess
-import sys
-import urllib.request
 
-import boto3
 import pytest
-from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from conftest import LanewayProcess, require_binary
+from conftest import admin_env
 
 pytestmark = pytest.mark.skipif(
     bool(os.environ.get("LANEWAY_ENDPOINT")), reason="starts its own laneway; not with LANEWAY_ENDPOINT"
 )
 
-TOKEN = "conformance-admin-token-0123456789"
-ADMIN_RE = re.compile(r"laneway admin listening on (http://\S+)")
 BODY = b"tenant-b-private-data"
-
-
-class Env:
-    def __init__(self, proc: LanewayProcess):
-        self.proc = proc
-        self.endpoint = proc.endpoint
-        self.admin = ADMIN_RE.search(proc.stdout()).group(1)
-
-    def api(self, method: str, path: str, body: dict | None = None) -> dict:
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.admin + path, data=data, method=method)
-        req.add_header("Authorization", f"Bearer {TOKEN}")
-        with urllib.request.urlopen(req) as resp:
-            return json.loads(resp.read())
-
-    def client(self, key: dict):
-        return boto3.session.Session().client(
-            "s3",
-            endpoint_url=self.endpoint,
-            region_name="us-east-1",
-            aws_access_key_id=key["access_key"],
-            aws_secret_access_key=key["secret_key"],
-            config=Config(retries={"max_attempts": 1}),
-        )
 
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
-    work = tmp_path_factory.mktemp("tenancy")
-    proc = LanewayProcess(
-        require_binary(), work / "data", work, ["--admin-listen", "127.0.0.1:0", "--admin-token", TOKEN], name="tenancy"
-    )
-    try:
-        yield Env(proc)
-    finally:
-        proc.stop()
+    yield from admin_env(tmp_path_factory, "tenancy")
 
 
 @pytest.fixture(scope="module")

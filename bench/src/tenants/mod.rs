@@ -5,8 +5,9 @@
 //! The mode provisions one fresh tenant per `--tenant` through the admin
 //! API (named `<run id>-<name>`, with the spec's weight), creates its
 //! bucket and PUTs its key space, then runs every tenant's loop (closed,
-//! or open with `rate`) over its own window and prints one table per phase (see [`report`]). The
-//! secrets it gets back are used for signing only and never printed.
+//! or open with `rate`) over its own window and prints one table per
+//! phase (see [`report`]). The secrets it gets back are used for signing
+//! only and never printed.
 //!
 //! - [`spec`]: the `--tenant` syntax and phases;
 //! - [`run`]: the workers and the cost scraper;

@@ -4,14 +4,15 @@
 //! loop, or with `rate` an open loop whose workers take the next slot of
 //! the tenant's schedule (request k is due at k/rate seconds) and sleep
 //! until it is due. An open-loop request's latency runs from its due time,
-//! so a request that starts late because every worker was busy counts
-//! its lateness too (but not the timer's: tokio's sleeps end on a
-//! millisecond tick, so a request whose slot was still ahead counts from
-//! when its worker woke). Workers of a tenant that starts at 0 begin at once
-//! (during the warm-up); the others sleep until their start second. A worker stops issuing at
-//! its tenant's stop second. A request is counted in the phase in which
-//! it *completes*, and only if it completes inside its tenant's window,
-//! so per-phase rates are "what was served in that phase". Alongside, a
+//! so a request that starts late because every worker was busy counts its
+//! lateness too (but not the timer's: tokio's sleeps end on a millisecond
+//! tick, so a request whose slot was still ahead counts from when its
+//! worker woke). Workers of a tenant that starts at 0 begin at once
+//! (during the warm-up); the others sleep until their start second. A
+//! worker stops issuing at its tenant's stop second. A request is counted
+//! in the phase in which it *completes*, and only if it completes inside
+//! its tenant's window, so per-phase rates are "what was served in that
+//! phase". Alongside, a
 //! scraper reads the gateway's per-tenant cost counters at every phase
 //! boundary, which gives the cost each tenant was served per phase.
 
