@@ -17,9 +17,11 @@ if needed, LANEWAY_TEST_ACCESS_KEY / LANEWAY_TEST_SECRET_KEY.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -59,6 +61,7 @@ def _isolate_aws_environment() -> None:
         if name.startswith("AWS_"):
             del os.environ[name]
     cfg_dir = Path(tempfile.mkdtemp(prefix="laneway-awscfg-"))
+    atexit.register(shutil.rmtree, cfg_dir, True)
     (cfg_dir / "config").write_text("")
     (cfg_dir / "credentials").write_text("")
     os.environ["AWS_CONFIG_FILE"] = str(cfg_dir / "config")

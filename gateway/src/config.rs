@@ -147,10 +147,10 @@ pub struct ServeArgs {
     pub domain: Option<String>,
 }
 
-/// Default of `--lanes-capacity`: 512 KiB, about five small requests or
-/// two body chunks in flight, measured on the benchmark machine (see
-/// docs/qos.md, "How the defaults were measured").
-pub const DEFAULT_LANES_CAPACITY: u64 = 512 * 1024;
+/// Default of `--lanes-capacity`: 256 KiB, two small requests or one body
+/// chunk in flight while tenants share, measured on the benchmark machine
+/// (see docs/qos.md, "How the defaults were measured").
+pub const DEFAULT_LANES_CAPACITY: u64 = 256 * 1024;
 
 /// Default of `--lanes-base-cost`: 96 KiB, what a small request costs the
 /// benchmark machine in bytes of streaming (see docs/qos.md).

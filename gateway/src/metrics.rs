@@ -22,8 +22,9 @@ use std::time::Duration;
 use laneway_qos::{OverloadReason, TenantKey};
 
 /// Upper bounds (seconds) of the latency and queue-wait histograms.
-const BUCKETS: [f64; 14] = [
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+const BUCKETS: [f64; 17] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0, 30.0,
 ];
 
 /// Longest error code kept as a label value (longer ones become "Other").

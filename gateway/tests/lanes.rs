@@ -10,7 +10,7 @@
 //! sending, and with `--lanes-capacity 1` that chunk holds the whole
 //! capacity until the client reads on. The requests that must be refused
 //! come from a second tenant: a lane that has been alone for a while may
-//! use eight capacities (`laneway_qos::ALONE_FACTOR`); two active lanes
+//! use several capacities (`laneway_qos::ALONE_FACTOR`); two active lanes
 //! share one.
 
 use std::io::{BufRead, BufReader};

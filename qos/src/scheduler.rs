@@ -67,8 +67,10 @@ pub struct Rejected {
 /// rather than no limit, keeps the backlog a newcomer waits behind short:
 /// when a second lane becomes active the limit drops back to the capacity,
 /// and the newcomer's first request waits until the lone lane's surplus
-/// has drained (at most 7 capacities of work).
-pub const ALONE_FACTOR: u64 = 8;
+/// has drained (at most 15 capacities of work). With the gateway's 256 KiB
+/// capacity, 16 lets a lone tenant's 32 small requests (96 KiB each) all
+/// be in flight.
+pub const ALONE_FACTOR: u64 = 16;
 
 /// How many tickets (requests and chunks) a lane must have been the only
 /// active one before [`ALONE_FACTOR`] applies. A light tenant's lane is
@@ -114,7 +116,7 @@ struct Granted {
 
 /// The pure scheduler: start-time fair queuing over per-tenant FIFO lanes,
 /// with at most `capacity_units` cost units granted and not completed
-/// (eight times that while only one lane is active, see [`ALONE_FACTOR`]).
+/// ([`ALONE_FACTOR`] times that while only one lane is active).
 ///
 /// Driven by explicit calls, with no clock: [`enqueue`](Self::enqueue) a
 /// request's cost, [`next_grants`](Self::next_grants) to dispatch what
@@ -443,7 +445,7 @@ mod tests {
     }
 
     #[test]
-    fn a_lone_lane_may_use_eight_capacities() {
+    fn a_lone_lane_may_use_alone_factor_capacities() {
         let mut s = sched(10);
         let t = TenantKey::new("a");
         // Not at once: only after ALONE_AFTER tickets with nobody else.
@@ -458,17 +460,18 @@ mod tests {
             assert_eq!(s.next_grants(), vec![id]);
             s.complete(id);
         }
-        let ids: Vec<TicketId> = (0..9).map(|_| s.enqueue_unbounded(&t, 10)).collect();
-        assert_eq!(s.next_grants(), ids[..8].to_vec());
-        assert_eq!(s.in_flight_units(), 80);
+        let f = usize::try_from(ALONE_FACTOR).expect("small");
+        let ids: Vec<TicketId> = (0..=f).map(|_| s.enqueue_unbounded(&t, 10)).collect();
+        assert_eq!(s.next_grants(), ids[..f].to_vec());
+        assert_eq!(s.in_flight_units(), 10 * ALONE_FACTOR);
         // A newcomer brings the limit back to the capacity: it waits
-        // until the surplus has drained, and so does the lone lane's 9th.
+        // until the surplus has drained, and so does the lone lane's last.
         let n = s.enqueue(&TenantKey::new("n"), 10).expect("queued");
-        for id in &ids[..7] {
+        for id in &ids[..f - 1] {
             s.complete(*id);
             assert!(s.next_grants().is_empty());
         }
-        s.complete(ids[7]);
+        s.complete(ids[f - 1]);
         assert_eq!(s.next_grants(), vec![n]);
     }
 
