@@ -175,6 +175,55 @@ ADMIN_TOKEN = "conformance-admin-token-0123456789"
 ADMIN_RE = re.compile(r"laneway admin listening on (http://\S+)")
 
 
+# Admin endpoints (base URL -> name) of the servers this run started and
+# that are still up; the leak check below scrapes each after every test.
+_LIVE_ADMINS: dict[str, str] = {}
+
+# How long a test's leftovers (a response nobody reads, a lease not yet
+# expired, a request still draining) may take to give their lane units
+# back after the test ends.
+LEAK_DEADLINE_S = 10.0
+
+
+def _lane_gauges(admin: str) -> tuple[int, int]:
+    """(units in flight, requests and chunks queued) from /metrics."""
+    req = urllib.request.Request(admin + "/metrics")
+    req.add_header("Authorization", f"Bearer {ADMIN_TOKEN}")
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        text = resp.read().decode()
+    in_flight = queued = 0
+    for line in text.splitlines():
+        if line.startswith("laneway_lanes_in_flight_units "):
+            in_flight = int(line.split()[-1])
+        elif line.startswith("laneway_lane_queue_depth{"):
+            queued += int(line.split()[-1])
+    return in_flight, queued
+
+
+@pytest.fixture(autouse=True)
+def lanes_leak_check():
+    """The leak invariant: after every test, every server's lanes hold no
+    units and queue nothing, so a permit leaked by a request fails the
+    test that sent it."""
+    yield
+    for admin, name in list(_LIVE_ADMINS.items()):
+        deadline = time.monotonic() + LEAK_DEADLINE_S
+        while True:
+            try:
+                in_flight, queued = _lane_gauges(admin)
+            except OSError:
+                break  # the server was stopped by the test itself
+            if in_flight == 0 and queued == 0:
+                break
+            if time.monotonic() > deadline:
+                pytest.fail(
+                    f"lanes leak on {name}: {in_flight} units in flight and "
+                    f"{queued} queued {LEAK_DEADLINE_S:.0f}s after the test",
+                    pytrace=False,
+                )
+            time.sleep(0.05)
+
+
 class AdminEnv:
     """A `laneway serve` of a test module's own, with the admin API on: a
     provisioning call (`api`) and a boto3 client per key (`client`)."""
@@ -184,6 +233,7 @@ class AdminEnv:
         self.proc = LanewayProcess(require_binary(), work / "data", work, args, name=name)
         self.endpoint = self.proc.endpoint
         self.admin = ADMIN_RE.search(self.proc.stdout()).group(1)
+        _LIVE_ADMINS[self.admin] = name
 
     def api(self, method: str, path: str, body: dict | None = None) -> dict:
         data = json.dumps(body).encode() if body is not None else None
@@ -214,6 +264,7 @@ def admin_env(tmp_path_factory, name: str):
     try:
         yield env
     finally:
+        _LIVE_ADMINS.pop(env.admin, None)
         env.proc.stop()
 
 
@@ -229,11 +280,18 @@ def server(tmp_path_factory) -> Server:
         require_binary(),
         workdir / "data",
         workdir,
-        ["--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY],
+        [
+            "--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY,
+            "--admin-listen", "127.0.0.1:0", "--admin-token", ADMIN_TOKEN,
+        ],
     )
     _SERVER_LOGS.update(stdout=process.stdout_path, stderr=process.stderr_path)
+    admin = ADMIN_RE.search(process.stdout()).group(1)
+    _LIVE_ADMINS[admin] = "the shared server"
 
     yield Server(endpoint=process.endpoint, access_key=ACCESS_KEY, secret_key=SECRET_KEY)
+
+    _LIVE_ADMINS.pop(admin, None)
 
     died_with = process.stop()
     if died_with is not None:

@@ -205,6 +205,20 @@ def test_list_multipart_uploads(s3, bucket):
         kwargs = {"KeyMarker": page["NextKeyMarker"], "UploadIdMarker": page["NextUploadIdMarker"]}
     assert len(seen) == 5 and seen == sorted(seen)
 
+    # Rolled up, one entry a page: a page that ends with a prefix names it
+    # as NextKeyMarker, and the next page goes on after it.
+    entries, kwargs = [], {}
+    for _ in range(20):
+        page = s3.list_multipart_uploads(Bucket=bucket, Delimiter="/", MaxUploads=1, **kwargs)
+        entries += [p["Prefix"] for p in page.get("CommonPrefixes", [])]
+        entries += [u["Key"] for u in page.get("Uploads", [])]
+        if not page["IsTruncated"]:
+            break
+        kwargs = {"KeyMarker": page["NextKeyMarker"]}
+        if page.get("NextUploadIdMarker"):
+            kwargs["UploadIdMarker"] = page["NextUploadIdMarker"]
+    assert entries == ["a/", "b/", "top", "top"]
+
 
 def test_upload_part_copy(s3, bucket):
     source = os.urandom(6 * MIB + 10)
@@ -304,3 +318,39 @@ def test_cli_sync_many_small_files(aws_cli, s3, bucket, tmp_path):
     # A second sync finds nothing to do.
     again = aws_cli("s3", "sync", str(src), f"s3://{bucket}/tree", timeout=800)
     assert "upload:" not in again.stdout
+
+
+def test_repeated_complete_gets_the_same_answer(s3, bucket):
+    """An SDK whose CompleteMultipartUpload answer was lost sends it again:
+    S3 answers 200 with the same ETag (and checksum) when the part list is
+    the same, whatever happened to the key since; another list of an upload
+    that is gone is NoSuchUpload. The retry writes nothing."""
+    upload_id = s3.create_multipart_upload(Bucket=bucket, Key="again", ChecksumAlgorithm="CRC32")["UploadId"]
+    parts = []
+    for number, data in enumerate([b"a" * (5 << 20), b"tail"], start=1):
+        got = s3.upload_part(
+            Bucket=bucket, Key="again", UploadId=upload_id, PartNumber=number, Body=data, ChecksumAlgorithm="CRC32"
+        )
+        parts.append({"PartNumber": number, "ETag": got["ETag"], "ChecksumCRC32": got["ChecksumCRC32"]})
+    complete = dict(Bucket=bucket, Key="again", UploadId=upload_id, MultipartUpload={"Parts": parts})
+    first = s3.complete_multipart_upload(**complete)
+    second = s3.complete_multipart_upload(**complete)
+    assert second["ResponseMetadata"]["HTTPStatusCode"] == 200
+    fields = ("Bucket", "Key", "Location", "ETag", "ChecksumCRC32", "ChecksumType")
+    assert {f: second.get(f) for f in fields} == {f: first.get(f) for f in fields}
+    assert first["ChecksumCRC32"] and first["ETag"].endswith('-2"')
+
+    # Another part list is not a retry of this completion.
+    expect_error(
+        "NoSuchUpload", 404, s3.complete_multipart_upload, Bucket=bucket, Key="again", UploadId=upload_id,
+        MultipartUpload={"Parts": parts[1:]},
+    )
+    # Overwritten, then deleted since: the retry still succeeds with the
+    # first answer, and changes nothing.
+    s3.put_object(Bucket=bucket, Key="again", Body=b"newer")
+    assert s3.complete_multipart_upload(**complete)["ETag"] == first["ETag"]
+    assert s3.get_object(Bucket=bucket, Key="again")["Body"].read() == b"newer"
+    s3.delete_object(Bucket=bucket, Key="again")
+    assert s3.complete_multipart_upload(**complete)["ETag"] == first["ETag"]
+    expect_error("NoSuchKey", 404, s3.get_object, Bucket=bucket, Key="again")
+    expect_error("NoSuchUpload", 404, s3.list_parts, Bucket=bucket, Key="again", UploadId=upload_id)

@@ -196,27 +196,27 @@ def test_boto3_and_aws_cli_as_two_tenants(env, tmp_path):
 
 
 def test_multipart_respects_the_byte_quota(env):
-    """A tenant with a 12 MiB byte quota: parts stream while they fit, and a
-    completion that would make a 15 MiB object is refused with QuotaExceeded,
-    leaving usage unchanged; a completion that fits succeeds."""
+    """A tenant with a 12 MiB byte quota: parts count as they are stored,
+    so a third 5 MiB part is refused with QuotaExceeded up front; a
+    completion adds no bytes (the parts' become the object's) and fits."""
     t = env.api("POST", "/v1/tenants", {"name": "tenant-mpq", "quota_bytes": 12 << 20})
     c = env.client(t["key"])
     c.create_bucket(Bucket="mpq")
     part = b"p" * (5 << 20)
     up = c.create_multipart_upload(Bucket="mpq", Key="big")["UploadId"]
     etags = [
-        c.upload_part(Bucket="mpq", Key="big", UploadId=up, PartNumber=n, Body=part)["ETag"] for n in (1, 2, 3)
+        c.upload_part(Bucket="mpq", Key="big", UploadId=up, PartNumber=n, Body=part)["ETag"] for n in (1, 2)
     ]
-    parts = [{"PartNumber": n, "ETag": e} for n, e in zip((1, 2, 3), etags)]
     with pytest.raises(ClientError) as err:
-        c.complete_multipart_upload(Bucket="mpq", Key="big", UploadId=up, MultipartUpload={"Parts": parts})
+        c.upload_part(Bucket="mpq", Key="big", UploadId=up, PartNumber=3, Body=part)
     assert err.value.response["Error"]["Code"] == "QuotaExceeded"
     assert err.value.response["ResponseMetadata"]["HTTPStatusCode"] == 403
-    assert c.list_objects_v2(Bucket="mpq").get("KeyCount", 0) == 0
-    # Two parts (10 MiB) fit.
-    done = c.complete_multipart_upload(Bucket="mpq", Key="big", UploadId=up, MultipartUpload={"Parts": parts[:2]})
+    assert env.api("GET", "/v1/tenants/tenant-mpq/usage")["bytes"] == 10 << 20
+    parts = [{"PartNumber": n, "ETag": e} for n, e in zip((1, 2), etags)]
+    done = c.complete_multipart_upload(Bucket="mpq", Key="big", UploadId=up, MultipartUpload={"Parts": parts})
     assert done["ETag"].endswith('-2"')
     assert c.head_object(Bucket="mpq", Key="big")["ContentLength"] == 10 << 20
+    assert env.api("GET", "/v1/tenants/tenant-mpq/usage")["bytes"] == 10 << 20
     # A part that would not fit beside the stored object is refused up front.
     up2 = c.create_multipart_upload(Bucket="mpq", Key="other")["UploadId"]
     with pytest.raises(ClientError) as err:

@@ -5,7 +5,8 @@
 #   2. cargo build --release (workspace, all targets): one release build that
 #      the unit/integration tests, clippy and the conformance suite share
 #   3. cargo clippy --release -D warnings
-#   4. cargo nextest run --release (Rust unit and integration tests)
+#   4. cargo nextest run --release (Rust unit and integration tests), then
+#      scripts/fuzz.sh smoke (every fuzz target briefly; fuzz/, own target dir)
 #   5. the conformance suite (pytest + boto3 + aws CLI, conformance/) against
 #      target/release/laneway, from a venv at .venv built from
 #      conformance/requirements.txt (and .venv-readers from
@@ -22,6 +23,7 @@
 #
 # Environment knobs:
 #   LANEWAY_SKIP_LINT=1     skip fmt and clippy (quick local iterations)
+#   LANEWAY_SKIP_FUZZ=1     skip the fuzz smoke run
 #   PYTEST_ARGS="-k list"   extra pytest arguments
 #   NEXTEST_ARGS="..."      extra nextest arguments
 set -euo pipefail
@@ -73,6 +75,15 @@ step "cargo nextest run --workspace --release"
 # shellcheck disable=SC2086  # NEXTEST_ARGS is meant to split into words
 if ! cargo nextest run --workspace --release ${NEXTEST_ARGS:-}; then
     FAILED+=("cargo nextest")
+fi
+
+# --- 4b. fuzz smoke run ----------------------------------------------------------
+# Every parser fuzz target for a few seconds (scripts/fuzz.sh, docs/fuzzing.md).
+if [[ "${LANEWAY_SKIP_FUZZ:-0}" != 1 ]]; then
+    step "scripts/fuzz.sh smoke"
+    if ! bash scripts/fuzz.sh smoke; then
+        FAILED+=("fuzz smoke (scripts/fuzz.sh smoke; inputs in fuzz/artifacts/)")
+    fi
 fi
 
 # --- 5. conformance suite ------------------------------------------------------

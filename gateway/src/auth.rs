@@ -12,7 +12,9 @@
 //!
 //! s3s verifies signatures itself; it only asks [`KeyAuth`] for the secret
 //! (unknown -> `InvalidAccessKeyId`). Then [`TenantAccess::check`] runs for
-//! every operation: anonymous -> AccessDenied; suspended tenant ->
+//! every operation: anonymous -> AccessDenied; the time limits s3s does not
+//! enforce ([`crate::presign`]: presigned URLs at most seven days, SigV2
+//! header signatures within 15 minutes of the clock); suspended tenant ->
 //! AccessDenied naming the suspension; the operation is classified by
 //! [`crate::opclass`] and a read-only key's writes, or a scoped key's
 //! touching a bucket outside its scope, are AccessDenied. Allowed requests
@@ -23,6 +25,7 @@
 
 use crate::context::{KeyScope, RequestInfo, Tenant};
 use crate::error::GwError;
+use crate::lanes::trust::ConnTrust;
 use crate::opclass;
 use laneway_store::TenantId;
 use laneway_tenancy::{Grant, KeyAccess, Limits, Registry, TenantStatus};
@@ -140,6 +143,11 @@ impl S3Access for TenantAccess {
             return Err(GwError::AccessDenied.into());
         };
         crate::presign::check_expiry(cx.uri().query())?;
+        crate::presign::check_v2_time(
+            cx.headers(),
+            cx.uri().query(),
+            time::OffsetDateTime::now_utc(),
+        )?;
         let Some(grant) = self.keys.get(&cred.access_key) else {
             return Err(GwError::InvalidAccessKeyId.into());
         };
@@ -149,6 +157,11 @@ impl S3Access for TenantAccess {
             info.span.record("tenant", tenant.as_str());
         }
         authorize(&grant, &op)?;
+        if let Some(trust) = cx.extensions_mut().get::<Arc<ConnTrust>>() {
+            // s3s verified the signature before calling us: this
+            // connection holds the key's secret.
+            trust.prove(&grant.key.access_key);
+        }
         let scope = KeyScope(grant.key.buckets.clone().map(Arc::from));
         let ext = cx.extensions_mut();
         ext.insert(Tenant(tenant));

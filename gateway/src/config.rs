@@ -26,6 +26,8 @@ pub struct Cli {
 
 /// Subcommands.
 #[derive(Subcommand)]
+// Parsed once at startup: the size of the flag struct does not matter.
+#[allow(clippy::large_enum_variant)]
 pub enum Command {
     /// Run everything in one process (gateway and every store partition)
     /// over a local data directory. The first start creates the directory
@@ -78,6 +80,15 @@ pub struct ServeArgs {
     /// existing directory keeps its own; asking it for another is refused.
     #[arg(long, env = "LANEWAY_ENGINE", value_parser = ["fjall", "sled"])]
     pub engine: Option<String>,
+
+    /// Free disk space kept for deletes and compaction: writes (PUT,
+    /// UploadPart, copies, CompleteMultipartUpload, tagging) that would go
+    /// below it are refused with 507 InsufficientStorage. `auto` is 5 % of
+    /// the data directory's filesystem or 1 GiB, whichever is smaller; also
+    /// `N%` (0 to 50), a size like `512M` or `2G` (powers of 1024), or `0`
+    /// to turn the check off.
+    #[arg(long, env = "LANEWAY_DISK_RESERVE", default_value = "auto")]
+    pub disk_reserve: String,
 
     /// Log filter (tracing EnvFilter syntax, e.g. `info` or
     /// `laneway_gateway=debug`); falls back to RUST_LOG, then `info`.
@@ -132,6 +143,12 @@ pub struct ServeArgs {
     #[arg(long, env = "LANEWAY_LANES_MAX_WAIT_MS", default_value_t = 5000)]
     pub lanes_max_wait_ms: u64,
 
+    /// Longest a response's permit (or a paced chunk's grant) is held while
+    /// the client has not taken the bytes, in ms: a client that stops
+    /// reading holds no shared capacity past it.
+    #[arg(long, env = "LANEWAY_LANES_MAX_HOLD_MS", default_value_t = 5)]
+    pub lanes_max_hold_ms: u64,
+
     /// PEM certificate chain (leaf first): serve HTTPS instead of HTTP
     /// (the listening line then says `https://ADDR`). Needs --tls-key.
     #[arg(long, env = "LANEWAY_TLS_CERT", requires = "tls_key")]
@@ -145,6 +162,36 @@ pub struct ServeArgs {
     /// addresses BUCKET. Path-style requests keep working.
     #[arg(long, env = "LANEWAY_DOMAIN")]
     pub domain: Option<String>,
+
+    /// Seconds a new connection (TLS handshake included), or the next
+    /// request header on a kept-alive HTTP/1 connection, has to arrive
+    /// complete. A browser form's fields count as header here.
+    #[arg(long, env = "LANEWAY_HEADER_TIMEOUT_SECS", default_value_t = 20)]
+    pub header_timeout_secs: u64,
+
+    /// Seconds a connection may stay open with no request in flight.
+    #[arg(long, env = "LANEWAY_IDLE_TIMEOUT_SECS", default_value_t = 60)]
+    pub idle_timeout_secs: u64,
+
+    /// Seconds a request body may go without a byte from the client, or a
+    /// response without the client taking a byte, before it is ended.
+    #[arg(long, env = "LANEWAY_STALL_TIMEOUT_SECS", default_value_t = 30)]
+    pub stall_timeout_secs: u64,
+
+    /// Connections open at once; a new one past it evicts the oldest idle
+    /// connection. 0: derived from the open-files limit (see
+    /// docs/architecture.md, "Connections").
+    #[arg(long, env = "LANEWAY_MAX_CONNECTIONS", default_value_t = 0)]
+    pub max_connections: usize,
+
+    /// HTTP/2 streams (requests) at once per connection.
+    #[arg(long, env = "LANEWAY_H2_MAX_STREAMS", default_value_t = 100)]
+    pub h2_max_streams: u32,
+
+    /// Seconds between HTTP/2 keep-alive pings, and how long the client
+    /// has to answer one before the connection is closed.
+    #[arg(long, env = "LANEWAY_H2_KEEPALIVE_SECS", default_value_t = 30)]
+    pub h2_keepalive_secs: u64,
 }
 
 /// Default of `--lanes-capacity`: 256 KiB, two small requests or one body
@@ -171,6 +218,8 @@ pub struct ServeConfig {
     pub partitions: Option<u32>,
     /// Engine asked for (None: the directory's own, fjall when new).
     pub engine: Option<Engine>,
+    /// Free disk space kept for deletes and compaction.
+    pub disk_reserve: laneway_store::DiskReserve,
     /// Log filter, if given.
     pub log: Option<String>,
     /// Grace period of a shutdown.
@@ -187,12 +236,15 @@ pub struct ServeConfig {
     pub tls: Option<(PathBuf, PathBuf)>,
     /// Base domain of virtual-hosted-style requests, if any.
     pub domain: Option<crate::vhost::BucketDomain>,
+    /// Connection timeouts and limits.
+    pub conn: crate::conn::ConnConfig,
 }
 
 impl ServeArgs {
     /// Check the flags and build the configuration.
     pub fn validate(self) -> Result<ServeConfig, String> {
         let lanes = self.lanes_config()?;
+        let conn = self.conn_config()?;
         if let Some(n) = self.partitions
             && (!n.is_power_of_two() || n > 4096)
         {
@@ -212,6 +264,8 @@ impl ServeArgs {
                 self.region
             ));
         }
+        let disk_reserve = laneway_store::DiskReserve::parse(&self.disk_reserve)
+            .map_err(|e| format!("--disk-reserve: {e}"))?;
         let engine = self
             .engine
             .map(|e| {
@@ -248,6 +302,7 @@ impl ServeArgs {
             .transpose()?;
         Ok(ServeConfig {
             lanes,
+            conn,
             tls: self.tls_cert.zip(self.tls_key),
             domain,
             data_dir: self.data_dir,
@@ -256,11 +311,37 @@ impl ServeArgs {
             initial_key: self.access_key.zip(self.secret_key.map(Secret::new)),
             partitions: self.partitions,
             engine,
+            disk_reserve,
             log: self.log,
             shutdown_grace: Duration::from_secs(self.shutdown_grace),
             upload_max_age: Duration::from_secs(self.upload_max_age_hours * 3600),
             admin_listen,
             admin_token: self.admin_token.map(Secret::new),
+        })
+    }
+
+    /// The connection flags as a [`crate::conn::ConnConfig`].
+    fn conn_config(&self) -> Result<crate::conn::ConnConfig, String> {
+        let secs = |flag: &str, v: u64| {
+            if (1..=3600).contains(&v) {
+                Ok(Duration::from_secs(v))
+            } else {
+                Err(format!("--{flag} must be from 1 to 3600 seconds (got {v})"))
+            }
+        };
+        if !(1..=10_000).contains(&self.h2_max_streams) {
+            return Err(format!(
+                "--h2-max-streams must be from 1 to 10000 (got {})",
+                self.h2_max_streams
+            ));
+        }
+        Ok(crate::conn::ConnConfig {
+            header_timeout: secs("header-timeout-secs", self.header_timeout_secs)?,
+            idle_timeout: secs("idle-timeout-secs", self.idle_timeout_secs)?,
+            stall_timeout: secs("stall-timeout-secs", self.stall_timeout_secs)?,
+            max_connections: (self.max_connections > 0).then_some(self.max_connections),
+            h2_max_streams: self.h2_max_streams,
+            h2_keepalive: secs("h2-keepalive-secs", self.h2_keepalive_secs)?,
         })
     }
 
@@ -290,6 +371,12 @@ impl ServeArgs {
                 self.lanes_max_wait_ms
             ));
         }
+        if self.lanes_max_hold_ms == 0 || self.lanes_max_hold_ms > 60_000 {
+            return Err(format!(
+                "--lanes-max-hold-ms must be from 1 to 60000 (got {})",
+                self.lanes_max_hold_ms
+            ));
+        }
         let max_wait = Duration::from_millis(self.lanes_max_wait_ms);
         let defaults = LanesConfig::default();
         Ok(LanesConfig {
@@ -304,6 +391,7 @@ impl ServeArgs {
             max_wait,
             // A body chunk may wait longer than a new request, never less.
             stream_max_wait: defaults.stream_max_wait.max(max_wait),
+            max_hold: Duration::from_millis(self.lanes_max_hold_ms),
             ..defaults
         })
     }
@@ -405,6 +493,45 @@ mod tests {
         assert!(parse(&["laneway", "serve", "--access-key", "AKIAX"]).is_err());
         assert!(parse(&["laneway", "serve", "--tls-cert", "c.pem"]).is_err());
         assert!(parse(&["laneway", "serve", "--domain", "s3.example.com:9000"]).is_err());
+    }
+
+    #[test]
+    fn connection_flags() {
+        let d = parse(&["laneway", "serve"]).expect("ok");
+        assert_eq!(d.conn.header_timeout, Duration::from_secs(20));
+        assert_eq!(d.conn.idle_timeout, Duration::from_secs(60));
+        assert_eq!(d.conn.stall_timeout, Duration::from_secs(30));
+        assert_eq!(d.conn.max_connections, None);
+        let c = parse(&[
+            "laneway",
+            "serve",
+            "--header-timeout-secs",
+            "1",
+            "--max-connections",
+            "50",
+            "--h2-max-streams",
+            "8",
+        ])
+        .expect("ok");
+        assert_eq!(c.conn.header_timeout, Duration::from_secs(1));
+        assert_eq!(c.conn.max_connections, Some(50));
+        assert_eq!(c.conn.h2_max_streams, 8);
+        assert!(parse(&["laneway", "serve", "--idle-timeout-secs", "0"]).is_err());
+        assert!(parse(&["laneway", "serve", "--stall-timeout-secs", "99999"]).is_err());
+        assert!(parse(&["laneway", "serve", "--h2-max-streams", "0"]).is_err());
+    }
+
+    #[test]
+    fn disk_reserve_flag() {
+        use laneway_store::DiskReserve;
+        let d = parse(&["laneway", "serve"]).expect("ok");
+        assert_eq!(d.disk_reserve, DiskReserve::Auto);
+        let c = parse(&["laneway", "serve", "--disk-reserve", "8M"]).expect("ok");
+        assert_eq!(c.disk_reserve, DiskReserve::Bytes(8 << 20));
+        let c = parse(&["laneway", "serve", "--disk-reserve", "2%"]).expect("ok");
+        assert_eq!(c.disk_reserve, DiskReserve::Percent(2));
+        assert!(parse(&["laneway", "serve", "--disk-reserve", "lots"]).is_err());
+        assert!(parse(&["laneway", "serve", "--disk-reserve", "90%"]).is_err());
     }
 
     #[test]

@@ -72,6 +72,16 @@ pub enum GwError {
     PolicyViolation(String),
     /// The body ended early or went away.
     IncompleteBody,
+    /// A browser-form upload's body is not well-formed
+    /// multipart/form-data (what is wrong).
+    MalformedPost(&'static str),
+    /// A browser-form upload's fields before its file exceed what the
+    /// gateway reads before checking the signature.
+    PostFieldsTooLarge,
+    /// A browser-form upload without its `file` part.
+    PostFileMissing,
+    /// The client sent the request too slowly (400 RequestTimeout).
+    RequestTimeout,
     /// The caller may not do this.
     AccessDenied,
     /// The caller may not do this, and may be told why (suspended tenant,
@@ -83,6 +93,11 @@ pub enum GwError {
     InvalidAccessKeyId,
     /// A presigned URL's query parameters are out of bounds (400).
     AuthorizationQueryParameters(String),
+    /// A SigV2 header-signed request dated more than 15 minutes from the
+    /// server clock (403).
+    RequestTimeTooSkewed,
+    /// A presigned URL past its expiry (403 AccessDenied).
+    RequestExpired,
     /// A feature this gateway does not provide.
     NotImplemented(&'static str),
     /// An ACL other than `private` (ACLs are disabled, as on new AWS buckets).
@@ -170,6 +185,21 @@ fn from_store(e: StoreError) -> S3Error {
             C::ServiceUnavailable,
             "The server is shutting down; please retry.",
         ),
+        // No AWS code says "disk full"; 507 is HTTP's own (RFC 4918) and,
+        // unlike 503, SDKs do not retry it blindly (docs/compatibility.md).
+        StoreError::InsufficientStorage => custom(
+            "InsufficientStorage",
+            StatusCode::INSUFFICIENT_STORAGE,
+            "The server does not have enough free disk space to store this; \
+             delete objects or add space, then retry.",
+        ),
+        StoreError::Unavailable(detail) => {
+            tracing::warn!(error = %detail, "partition unavailable");
+            msg(
+                C::ServiceUnavailable,
+                "The storage for this object is recovering from an error; please retry.",
+            )
+        }
         e @ (StoreError::Corrupt(_)
         | StoreError::Layout(_)
         | StoreError::Io(_)
@@ -254,6 +284,25 @@ impl From<GwError> for S3Error {
                 format!("Invalid according to Policy: {why}"),
             ),
             GwError::IncompleteBody => from_store(StoreError::IncompleteBody),
+            GwError::MalformedPost(what) => msg(
+                C::MalformedPOSTRequest,
+                format!(
+                    "The body of your POST request is not well-formed multipart/form-data: {what}."
+                ),
+            ),
+            GwError::PostFieldsTooLarge => msg(
+                C::MaxPostPreDataLengthExceededError,
+                "Your POST request fields preceding the upload file were too large.",
+            ),
+            GwError::PostFileMissing => msg(
+                C::IncorrectNumberOfFilesInPostRequest,
+                "POST requires exactly one file upload per request.",
+            ),
+            GwError::RequestTimeout => msg(
+                C::RequestTimeout,
+                "Your socket connection to the server was not read from or written to \
+                 within the timeout period.",
+            ),
             GwError::AccessDenied => msg(C::AccessDenied, "Access Denied"),
             GwError::Denied(why) => msg(C::AccessDenied, format!("Access Denied: {why}")),
             GwError::QuotaExceeded(why) => custom("QuotaExceeded", StatusCode::FORBIDDEN, why),
@@ -264,6 +313,12 @@ impl From<GwError> for S3Error {
             GwError::NotImplemented(what) => {
                 msg(C::NotImplemented, format!("{what} is not implemented"))
             }
+            GwError::RequestTimeTooSkewed => with_status(
+                C::RequestTimeTooSkewed,
+                StatusCode::FORBIDDEN,
+                "The difference between the request time and the current time is too large.",
+            ),
+            GwError::RequestExpired => msg(C::AccessDenied, "Request has expired"),
             GwError::AuthorizationQueryParameters(m) => custom(
                 "AuthorizationQueryParametersError",
                 StatusCode::BAD_REQUEST,
@@ -351,6 +406,12 @@ mod tests {
             (StoreError::InvalidPartOrder, "InvalidPartOrder", 400),
             (StoreError::EntityTooSmall, "EntityTooSmall", 400),
             (StoreError::ShuttingDown, "ServiceUnavailable", 503),
+            (StoreError::InsufficientStorage, "InsufficientStorage", 507),
+            (
+                StoreError::Unavailable("/secret/path".into()),
+                "ServiceUnavailable",
+                503,
+            ),
             (
                 StoreError::InvalidArgument("x".into()),
                 "InvalidArgument",
@@ -428,6 +489,14 @@ mod tests {
         assert_eq!(
             code_and_status(GwError::QuotaExceeded("quota_bytes".into())),
             ("QuotaExceeded".into(), 403)
+        );
+        assert_eq!(
+            code_and_status(GwError::RequestTimeTooSkewed),
+            ("RequestTimeTooSkewed".into(), 403)
+        );
+        assert_eq!(
+            code_and_status(GwError::RequestExpired),
+            ("AccessDenied".into(), 403)
         );
         assert_eq!(
             code_and_status(GwError::Denied("read-only key".into())),

@@ -29,7 +29,9 @@
 //! in front of s3s, with [`metrics`] for `/metrics`; [`admin`] is the
 //! tenant provisioning API (and `/metrics`) and its CLI client; [`tls`]
 //! serves HTTPS (`--tls-cert/--tls-key`) and [`vhost`] virtual-hosted-style
-//! bucket addressing (`--domain`).
+//! bucket addressing (`--domain`). [`conn`] bounds and times out the
+//! connections; [`post_form`] checks a form upload's signature before its
+//! file is read.
 
 pub mod acl;
 pub mod admin;
@@ -41,6 +43,7 @@ pub mod checksum;
 pub mod composite;
 pub mod conditional;
 pub mod config;
+pub mod conn;
 pub mod context;
 pub mod copy;
 pub mod delete;
@@ -55,6 +58,7 @@ pub mod names;
 pub mod opclass;
 pub mod part_copy;
 pub mod post;
+pub mod post_form;
 pub mod presign;
 pub mod put;
 pub mod quota;

@@ -17,6 +17,18 @@
 //!
 //! Completion honours If-None-Match: `*` and If-Match, checked atomically
 //! when the object is committed, like a PUT's.
+//!
+//! Quotas ([`crate::quota`]): a part reserves its bytes before it is
+//! received (credited with the part of the same number it replaces) and
+//! counts in the tenant's usage once durable; a completion adds one object
+//! and no bytes; CreateMultipartUpload is refused past the tenant's cap
+//! on open uploads (`QuotaExceeded`).
+//!
+//! A repeated CompleteMultipartUpload (an SDK retrying after a lost
+//! answer) of an upload that completed is answered 200 with the first
+//! answer's ETag and checksums when its part list matches, from the record
+//! the store kept ([`laneway_store::multipart::completed`]): nothing is
+//! written or counted again. Another part list gets `NoSuchUpload`.
 
 use crate::acl;
 use crate::body;
@@ -29,7 +41,7 @@ use crate::put::{declared_length, decoded_content_length, parse_content_md5, wri
 use crate::tagging;
 use laneway_store::multipart::{ListedPart, MAX_PARTS};
 use laneway_store::uploads::part_md5;
-use laneway_store::{Checksum, PutOptions};
+use laneway_store::{Checksum, ObjectInfo, PutOptions, StoreError};
 use s3s::dto::*;
 use s3s::{S3Request, S3Response};
 
@@ -61,10 +73,12 @@ pub async fn create_multipart_upload(
         input.checksum_type.as_ref(),
     )?;
     let meta = crate::meta::meta_input!(input).into_meta()?;
+    let reserved = gw.quotas().reserve_upload(gw.store(), &ctx)?;
     let upload_id = gw
         .store()
         .create_multipart_upload_with(&bucket, &input.key, meta, tags, wanted.clone())
         .await?;
+    drop(reserved);
     Ok(S3Response::new(CreateMultipartUploadOutput {
         bucket: Some(input.bucket),
         key: Some(input.key),
@@ -114,15 +128,15 @@ pub async fn upload_part(
         tags: Vec::new(),
         checksum: computed.as_ref().map(checksum::Computed::slot),
     };
-    // A part adds no object yet; its bytes are held against the quota while
-    // it streams (completion checks the whole object).
-    let write = crate::quota::Write {
+    // A part adds no object; its bytes are held against the quota while it
+    // streams, then count in the tenant's usage.
+    let part = crate::quota::Part {
         bucket: &bucket,
-        key: None,
-        bytes: length,
-        objects: 0,
+        key: &input.key,
+        upload_id: &input.upload_id,
+        number,
     };
-    let reserved = gw.quotas().reserve(gw.store(), &ctx, write)?;
+    let reserved = gw.quotas().reserve_part(gw.store(), &ctx, part, length)?;
     let info = gw
         .store()
         .upload_part(&bucket, &input.key, &input.upload_id, number, opts, stream)
@@ -212,16 +226,29 @@ pub async fn complete_multipart_upload(
     let bucket = gw.bucket(&ctx, &input.bucket)?;
     let cond = write_cond(input.if_match.as_ref(), input.if_none_match.as_ref())?;
     let whole = whole_checksum(&input)?;
-    let declared = gw
+    let declared = match gw
         .store()
-        .upload_checksum(&bucket, &input.key, &input.upload_id)?;
+        .upload_checksum(&bucket, &input.key, &input.upload_id)
+    {
+        Ok(d) => d,
+        Err(StoreError::NoSuchUpload) => {
+            // Gone: a retry of a completion is answered as the first was.
+            let parts = listed_parts(input.multipart_upload)?;
+            let info =
+                gw.store()
+                    .repeated_completion(&bucket, &input.key, &input.upload_id, &parts)?;
+            tracing::debug!(bucket = %bucket.name, key = %input.key, "repeated completion");
+            return Ok(completed(input.bucket, input.key, location, &info));
+        }
+        Err(e) => return Err(e.into()),
+    };
     composite::check_whole(declared.as_ref(), whole.as_ref())?;
     let parts = listed_parts(input.multipart_upload)?;
-    let size = completed_size(gw, &bucket, &input.key, &input.upload_id, &parts)?;
+    // The parts' bytes are already counted; the object adds one object.
     let write = crate::quota::Write {
         bucket: &bucket,
         key: Some(&input.key),
-        bytes: size,
+        bytes: 0,
         objects: 1,
     };
     let reserved = gw.quotas().reserve(gw.store(), &ctx, write)?;
@@ -238,10 +265,20 @@ pub async fn complete_multipart_upload(
         .await?;
     drop(reserved);
     tracing::debug!(bucket = %bucket.name, key = %input.key, size = info.size, "upload completed");
+    Ok(completed(input.bucket, input.key, location, &info))
+}
+
+/// The CompleteMultipartUpload answer for the object `info`.
+fn completed(
+    bucket: String,
+    key: String,
+    location: String,
+    info: &ObjectInfo,
+) -> S3Response<CompleteMultipartUploadOutput> {
     let sums = part_sums(info.checksum.as_ref());
-    Ok(S3Response::new(CompleteMultipartUploadOutput {
-        bucket: Some(input.bucket),
-        key: Some(input.key),
+    S3Response::new(CompleteMultipartUploadOutput {
+        bucket: Some(bucket),
+        key: Some(key),
         location: Some(location),
         e_tag: Some(ETag::Strong(info.etag.clone())),
         checksum_crc32: sums.crc32,
@@ -251,23 +288,7 @@ pub async fn complete_multipart_upload(
         checksum_sha256: sums.sha256,
         checksum_type: info.checksum.as_ref().map(composite::type_of),
         ..Default::default()
-    }))
-}
-
-/// The size the object will have once the listed parts are joined (for the
-/// quota check; parts the upload does not hold count as 0 and completion
-/// refuses them anyway).
-fn completed_size(
-    gw: &Gateway,
-    bucket: &laneway_store::BucketInfo,
-    key: &str,
-    upload_id: &str,
-    parts: &[laneway_store::multipart::ListedPart],
-) -> GwResult<u64> {
-    let (stored, _) = gw.store().list_parts(bucket, key, upload_id, 0, 10_000)?;
-    let sizes: std::collections::HashMap<u32, u64> =
-        stored.iter().map(|p| (p.number, p.size)).collect();
-    Ok(parts.iter().filter_map(|p| sizes.get(&p.number)).sum())
+    })
 }
 
 /// AbortMultipartUpload (204).

@@ -8,7 +8,9 @@
 //! The selected bytes stream from `Store::get_object` straight into
 //! `Store::upload_part` (constant memory). When the upload was created with
 //! a flexible checksum, the part's checksum is computed on the way, as if
-//! the client had sent it, so the completion can compose it.
+//! the client had sent it, so the completion can compose it. The part's
+//! bytes are reserved against the tenant's quota before they are copied,
+//! as an UploadPart's are ([`crate::quota::Quotas::reserve_part`]).
 
 use crate::checksum::{self, Algo, Expected};
 use crate::conditional::Conditions;
@@ -126,6 +128,13 @@ pub async fn upload_part_copy(
         &conds,
         input.copy_source_range.as_deref(),
     )?;
+    let part = crate::quota::Part {
+        bucket: &dst,
+        key: &input.key,
+        upload_id: &input.upload_id,
+        number,
+    };
+    let reserved = gw.quotas().reserve_part(gw.store(), &ctx, part, len)?;
     let (stream, source_failed) = watched(stream, &req.extensions);
     let faults = crate::body::FaultSlot::default();
     let algo = wanted.as_ref().and_then(|w| Algo::from_name(&w.algorithm));
@@ -157,6 +166,7 @@ pub async fn upload_part_copy(
                 e.into()
             }
         })?;
+    drop(reserved);
     let sums = part_sums(part.checksum.as_ref());
     Ok(S3Response::new(UploadPartCopyOutput {
         copy_part_result: Some(CopyPartResult {

@@ -4,7 +4,12 @@
 //!
 //! Who checks what:
 //!
-//! - s3s 0.14.1, before any of our code runs: parses the form; verifies the
+//! - [`crate::post_form`], before the lanes and s3s: reads the fields that
+//!   come before the file (at most 64 KiB), refuses an unsigned or wrongly
+//!   signed form, an unknown key or an expired policy before a byte of the
+//!   file is read, and reserves the file's memory in a budget shared by
+//!   all form uploads.
+//! - s3s 0.14.1, before any handler runs: parses the form; verifies the
 //!   SigV4 signature of the policy with the key's secret (from
 //!   [`crate::auth::KeyAuth`]) and that the policy names the form's
 //!   `x-amz-date`, `x-amz-credential` and `x-amz-algorithm`; refuses an
@@ -29,7 +34,8 @@
 //!   [`crate::error::post_policy_error`]).
 //!
 //! Files are limited to [`MAX_POST_FILE_BYTES`] (set in s3s's config by
-//! `serve`), because s3s buffers them.
+//! `serve`), because s3s buffers them; at most
+//! [`crate::post_form::FORM_BUDGET_BYTES`] are buffered at once.
 //!
 //! Not supported: the `${filename}` key variable. s3s 0.14.1 does not pass
 //! the file part's name on to the handler, so the key cannot be completed

@@ -19,11 +19,25 @@
 //! next check reads the store again. Nothing is cached, so a restart
 //! loses nothing.
 //!
+//! Multipart parts count as stored bytes from the moment they are durable
+//! (the store keeps per-bucket counters of open uploads and their parts'
+//! bytes, in the same batch as the part rows). So an UploadPart or
+//! UploadPartCopy reserves its bytes like a PUT ([`Quotas::reserve_part`]),
+//! credited with the part of the same number it replaces; a completion
+//! adds an object but no bytes (its parts' bytes become the object's), and
+//! an abort or the expiry sweep gives the bytes back.
+//!
+//! Open multipart uploads are capped per tenant ([`Quotas::reserve_upload`],
+//! the tenant's `max_open_uploads`, default [`DEFAULT_MAX_OPEN_UPLOADS`]),
+//! so parts cannot pile up under thousands of forgotten uploads: counted
+//! exactly the same way, under the same lock, for every tenant.
+//!
 //! Several gateways over one store: each sees the others' committed writes
 //! but not their in-flight ones, so usage can pass the quota by at most
 //! the uploads in flight on the other gateways at that moment.
 //!
-//! Tenants without quotas skip all of this (no store reads, no lock).
+//! Tenants without quotas skip the byte and object checks (no store
+//! reads, no lock); only CreateMultipartUpload counts their open uploads.
 
 use crate::context::ReqCtx;
 use crate::error::{GwError, GwResult};
@@ -32,11 +46,16 @@ use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-/// Bytes and objects of one tenant's writes in flight on this gateway.
+/// Open multipart uploads a tenant may have when its limits name none.
+pub const DEFAULT_MAX_OPEN_UPLOADS: u64 = 10_000;
+
+/// Bytes, objects and upload creations of one tenant's writes in flight
+/// on this gateway.
 #[derive(Default, Debug, Clone, Copy)]
 struct Inflight {
     bytes: u64,
     objects: u64,
+    uploads: u64,
 }
 
 /// In-flight reservations of every tenant.
@@ -49,16 +68,25 @@ pub struct Quotas {
 #[derive(Debug)]
 pub struct Reservation {
     slot: Arc<Mutex<Inflight>>,
-    bytes: u64,
-    objects: u64,
+    held: Inflight,
 }
 
 impl Drop for Reservation {
     fn drop(&mut self) {
         let mut f = self.slot.lock();
-        f.bytes = f.bytes.saturating_sub(self.bytes);
-        f.objects = f.objects.saturating_sub(self.objects);
+        f.bytes = f.bytes.saturating_sub(self.held.bytes);
+        f.objects = f.objects.saturating_sub(self.held.objects);
+        f.uploads = f.uploads.saturating_sub(self.held.uploads);
     }
+}
+
+/// What a write adds and what it replaces (credited), for the check.
+#[derive(Debug, Clone, Copy, Default)]
+struct Delta {
+    bytes: u64,
+    objects: u64,
+    credit_bytes: u64,
+    credit_objects: u64,
 }
 
 /// One write to check.
@@ -87,17 +115,89 @@ impl Quotas {
         ctx: &ReqCtx,
         w: Write<'_>,
     ) -> GwResult<Option<Reservation>> {
+        self.reserve_with(store, ctx, || {
+            let (credit_bytes, credit_objects) = replaced(store, w)?;
+            Ok(Delta {
+                bytes: w.bytes,
+                objects: w.objects,
+                credit_bytes,
+                credit_objects,
+            })
+        })
+    }
+
+    /// Reserve room for part `number` of an upload, `bytes` long, crediting
+    /// the part of that number it replaces (UploadPart, UploadPartCopy).
+    /// `None` when the tenant has no quota.
+    pub fn reserve_part(
+        &self,
+        store: &Store,
+        ctx: &ReqCtx,
+        part: Part<'_>,
+        bytes: u64,
+    ) -> GwResult<Option<Reservation>> {
+        self.reserve_with(store, ctx, || {
+            let old = store.part_size(part.bucket, part.key, part.upload_id, part.number)?;
+            Ok(Delta {
+                bytes,
+                credit_bytes: old.unwrap_or(0),
+                ..Delta::default()
+            })
+        })
+    }
+
+    /// Reserve one more open multipart upload for the tenant, or refuse
+    /// past its `max_open_uploads` (QuotaExceeded). Hold the reservation
+    /// until the upload is created.
+    pub fn reserve_upload(&self, store: &Store, ctx: &ReqCtx) -> GwResult<Reservation> {
+        let max = ctx
+            .limits
+            .max_open_uploads
+            .unwrap_or(DEFAULT_MAX_OPEN_UPLOADS);
+        let slot = self.slot(&ctx.tenant);
+        let mut inflight = slot.lock();
+        let open = open_uploads(store, &ctx.tenant)?;
+        if open + inflight.uploads >= max {
+            return Err(GwError::QuotaExceeded(format!(
+                "This tenant has {open} multipart uploads in progress, the most it may have \
+                 (max_open_uploads = {max}); complete or abort some first."
+            )));
+        }
+        inflight.uploads += 1;
+        drop(inflight);
+        Ok(Reservation {
+            slot,
+            held: Inflight {
+                uploads: 1,
+                ..Inflight::default()
+            },
+        })
+    }
+
+    /// The check of every byte and object reservation: `delta` is computed
+    /// under the tenant's lock, so what it credits cannot change under it.
+    fn reserve_with(
+        &self,
+        store: &Store,
+        ctx: &ReqCtx,
+        delta: impl FnOnce() -> GwResult<Delta>,
+    ) -> GwResult<Option<Reservation>> {
         let (max_bytes, max_objects) = (ctx.limits.quota_bytes, ctx.limits.quota_objects);
         if max_bytes.is_none() && max_objects.is_none() {
             return Ok(None);
         }
         let slot = self.slot(&ctx.tenant);
         let mut inflight = slot.lock();
-        let (credit_bytes, credit_objects) = replaced(store, w)?;
-        let (used_bytes, used_objects) = tenant_usage(store, &ctx.tenant)?;
-        let bytes = (used_bytes + inflight.bytes + w.bytes).saturating_sub(credit_bytes);
-        let objects = (used_objects + inflight.objects + w.objects).saturating_sub(credit_objects);
+        let w = delta()?;
+        let used = tenant_totals(store, &ctx.tenant)?;
+        let (used_bytes, used_objects) = (used.bytes, used.objects);
+        let bytes = (used_bytes + inflight.bytes + w.bytes).saturating_sub(w.credit_bytes);
+        let objects =
+            (used_objects + inflight.objects + w.objects).saturating_sub(w.credit_objects);
+        // Only what the write adds is checked: a completion adds an object
+        // but no bytes, a part bytes but no object.
         if let Some(max) = max_bytes
+            && w.bytes > 0
             && bytes > max
         {
             return Err(GwError::QuotaExceeded(format!(
@@ -106,6 +206,7 @@ impl Quotas {
             )));
         }
         if let Some(max) = max_objects
+            && w.objects > 0
             && objects > max
         {
             return Err(GwError::QuotaExceeded(format!(
@@ -113,15 +214,29 @@ impl Quotas {
                  {used_objects} objects stored)."
             )));
         }
-        inflight.bytes += w.bytes;
-        inflight.objects += w.objects;
-        drop(inflight);
-        Ok(Some(Reservation {
-            slot,
+        let held = Inflight {
             bytes: w.bytes,
             objects: w.objects,
-        }))
+            uploads: 0,
+        };
+        inflight.bytes += held.bytes;
+        inflight.objects += held.objects;
+        drop(inflight);
+        Ok(Some(Reservation { slot, held }))
     }
+}
+
+/// A part of an upload (what a part upload replaces).
+#[derive(Debug, Clone, Copy)]
+pub struct Part<'a> {
+    /// The upload's bucket.
+    pub bucket: &'a BucketInfo,
+    /// The upload's key.
+    pub key: &'a str,
+    /// Upload id.
+    pub upload_id: &'a str,
+    /// Part number.
+    pub number: u32,
 }
 
 /// Size and count of the object `w` would replace.
@@ -134,14 +249,46 @@ fn replaced(store: &Store, w: Write<'_>) -> GwResult<(u64, u64)> {
     }
 }
 
-/// The tenant's committed (bytes, objects), exact.
+/// The tenant's committed (bytes, objects), exact; bytes include the
+/// parts of its unfinished multipart uploads.
 pub fn tenant_usage(store: &Store, tenant: &TenantId) -> GwResult<(u64, u64)> {
-    let mut bytes = 0u64;
-    let mut objects = 0u64;
+    let t = tenant_totals(store, tenant)?;
+    Ok((t.bytes, t.objects))
+}
+
+/// What a tenant stores, summed over its buckets.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TenantTotals {
+    /// Bytes of objects and of parts of unfinished uploads.
+    pub bytes: u64,
+    /// Objects.
+    pub objects: u64,
+    /// Bytes of parts of unfinished uploads (included in `bytes`).
+    pub part_bytes: u64,
+    /// Multipart uploads in progress.
+    pub uploads: u64,
+}
+
+/// The tenant's multipart uploads in progress, exact (committed).
+fn open_uploads(store: &Store, tenant: &TenantId) -> GwResult<u64> {
+    let mut n = 0u64;
+    for b in store.list_buckets(tenant)? {
+        n += u64::try_from(store.bucket_pending(b.id)?.uploads).unwrap_or(0);
+    }
+    Ok(n)
+}
+
+/// The tenant's committed totals, exact.
+pub fn tenant_totals(store: &Store, tenant: &TenantId) -> GwResult<TenantTotals> {
+    let mut t = TenantTotals::default();
     for b in store.list_buckets(tenant)? {
         let u = store.bucket_usage(b.id)?;
-        bytes += u64::try_from(u.bytes).unwrap_or(0);
-        objects += u64::try_from(u.objects).unwrap_or(0);
+        let p = store.bucket_pending(b.id)?;
+        let part_bytes = u64::try_from(p.part_bytes).unwrap_or(0);
+        t.bytes += u64::try_from(u.bytes).unwrap_or(0) + part_bytes;
+        t.objects += u64::try_from(u.objects).unwrap_or(0);
+        t.part_bytes += part_bytes;
+        t.uploads += u64::try_from(p.uploads).unwrap_or(0);
     }
-    Ok((bytes, objects))
+    Ok(t)
 }

@@ -11,9 +11,14 @@
 //! start with `--listen 127.0.0.1:0` and read the port from it). Logs go to
 //! stderr.
 //!
-//! Every request gets an id (returned as `x-amz-request-id`) and a tracing
-//! span carrying it, the method, the path (never the query string, which
-//! can hold presigned signatures) and, once authenticated, the tenant.
+//! Every accepted connection takes a place in the bounded connection
+//! table and runs under its watchdog (header, idle and stall deadlines,
+//! eviction when the table is full: [`crate::conn`]); a failed accept
+//! backs off. Every request gets an id (returned as `x-amz-request-id`)
+//! and a tracing span carrying it, the method, the path (never the query
+//! string, which can hold presigned signatures) and, once authenticated,
+//! the tenant. A browser-form upload first passes the form gate
+//! ([`crate::post_form`]: signature checked before the file is read).
 //! Then it goes through the lanes ([`crate::lanes::LaneGate`]: fair-share
 //! admission, paced bodies, metrics) into s3s. The errors s3s raises itself
 //! for a browser-form upload's POST policy are given AWS's codes on the way
@@ -28,9 +33,12 @@
 use crate::admin::boot::{self, Tenancy};
 use crate::auth::{KeyAuth, KeyCache, TenantAccess};
 use crate::config::ServeConfig;
+use crate::conn::body::ConnBody;
+use crate::conn::{self, ConnTable, InFlight};
 use crate::context::{Gateway, RequestInfo};
 use crate::lanes::{LaneGate, LaneState};
 use crate::names::BucketNames;
+use crate::post_form::FormGate;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
@@ -44,7 +52,7 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 use tracing::Instrument;
@@ -116,6 +124,8 @@ impl RequestIds {
 /// the store opens (a busy port fails fast), and once the store is open it
 /// is always shut down (synced), whatever happens after.
 pub async fn run(cfg: ServeConfig) -> Result<(), ServeError> {
+    // Before anything opens files: the store and the connections share it.
+    conn::fds::raise_nofile_limit();
     std::fs::create_dir_all(&cfg.data_dir).map_err(|source| ServeError::DataDir {
         path: cfg.data_dir.display().to_string(),
         source,
@@ -154,17 +164,52 @@ async fn serve_store(
     let tenancy = boot::start(cfg, Arc::clone(&store), Arc::clone(&lanes)).await?;
     print_banner(cfg, &tenancy, addr);
     tracing::info!(%addr, data_dir = %cfg.data_dir.display(), region = %cfg.region, "laneway serving");
-    let service = build_service(store, cfg, &tenancy.keys);
-    let gate = Arc::new(LaneGate::new(lanes, Arc::clone(&tenancy.keys)));
-    accept_until_signal(listener, service, gate, cfg).await;
+    let shared = Shared {
+        service: build_service(store, cfg, &tenancy.keys),
+        gate: Arc::new(LaneGate::new(lanes, Arc::clone(&tenancy.keys))),
+        ids: Arc::new(RequestIds::new()),
+        forms: Arc::new(FormGate::new(
+            Arc::clone(&tenancy.keys),
+            cfg.conn.header_timeout,
+        )),
+        stall: cfg.conn.stall_timeout,
+    };
+    accept_until_signal(listener, shared, connection_table(cfg), cfg).await;
     Ok(())
 }
+
+/// The connection table: `--max-connections`, or what the open-files
+/// limit leaves once the store is open ([`conn::fds`]).
+fn connection_table(cfg: &ServeConfig) -> Arc<ConnTable> {
+    let limit = conn::fds::nofile_limit();
+    let open = conn::fds::open_descriptors();
+    let cap = cfg.conn.max_connections.unwrap_or_else(|| {
+        conn::fds::derived_cap(
+            limit.unwrap_or(UNLIMITED_FDS),
+            open.unwrap_or(DEFAULT_OPEN_FDS),
+        )
+    });
+    tracing::info!(
+        max_connections = cap,
+        open_files_limit = limit,
+        open_files = open,
+        "connection table"
+    );
+    ConnTable::new(cfg.conn.clone(), cap)
+}
+
+/// The descriptor limit assumed when there is none.
+const UNLIMITED_FDS: u64 = 1 << 20;
+
+/// Descriptors assumed open when `/proc` cannot tell.
+const DEFAULT_OPEN_FDS: u64 = 256;
 
 async fn open_store(cfg: &ServeConfig) -> Result<Arc<Store>, ServeError> {
     let dir = cfg.data_dir.clone();
     let scfg = StoreConfig {
         partitions: cfg.partitions,
         engine: cfg.engine,
+        disk_reserve: cfg.disk_reserve,
         ..StoreConfig::default()
     };
     Ok(tokio::task::spawn_blocking(move || Store::open(&dir, scfg)).await??)
@@ -180,6 +225,9 @@ fn build_service(store: Arc<Store>, cfg: &ServeConfig, keys: &Arc<KeyCache>) -> 
     builder.set_validation(BucketNames);
     let mut s3s_config = S3Config::default();
     s3s_config.post_object_max_file_size = crate::post::MAX_POST_FILE_BYTES;
+    // s3s reads a form's fields again after the form gate; the same limit.
+    s3s_config.form_max_field_size = crate::post_form::MAX_FORM_FIELDS_BYTES;
+    s3s_config.form_max_fields_size = crate::post_form::MAX_FORM_FIELDS_BYTES;
     builder.set_config(Arc::new(StaticConfigProvider::new(Arc::new(s3s_config))));
     builder.build()
 }
@@ -253,25 +301,34 @@ fn paste_addr(addr: SocketAddr) -> SocketAddr {
     }
 }
 
-async fn accept_until_signal(
-    (listener, tls): (TcpListener, Option<TlsAcceptor>),
+/// What every request of every connection shares.
+#[derive(Clone)]
+struct Shared {
     service: S3Service,
     gate: Arc<LaneGate>,
+    ids: Arc<RequestIds>,
+    forms: Arc<FormGate>,
+    stall: Duration,
+}
+
+async fn accept_until_signal(
+    (listener, tls): (TcpListener, Option<TlsAcceptor>),
+    shared: Shared,
+    table: Arc<ConnTable>,
     cfg: &ServeConfig,
 ) {
     let graceful = GracefulShutdown::new();
-    let builder = auto::Builder::new(TokioExecutor::new());
-    let ids = Arc::new(RequestIds::new());
+    let builder = conn::accept::builder(table.config());
+    let mut backoff = conn::accept::Backoff::default();
     let mut signal = std::pin::pin!(shutdown_signal());
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _peer)) => serve_one(stream, (&builder, tls.as_ref()), &graceful, (&service, &gate), &ids),
-                Err(e) => {
-                    // Typically EMFILE: back off instead of spinning.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                Ok((stream, peer)) => {
+                    backoff.reset();
+                    serve_one((stream, peer), (&builder, tls.as_ref()), &graceful, &shared, &table);
                 }
+                Err(e) => tokio::time::sleep(backoff.failed(&table, &e)).await,
             },
             () = &mut signal => break,
         }
@@ -291,57 +348,62 @@ async fn accept_until_signal(
     }
 }
 
+/// Give an accepted connection its place in the table and its task: TLS
+/// handshake (if any) and hyper, under the connection's watchdog.
 fn serve_one(
-    stream: TcpStream,
+    (stream, peer): (TcpStream, SocketAddr),
     (builder, tls): (&auto::Builder<TokioExecutor>, Option<&TlsAcceptor>),
     graceful: &GracefulShutdown,
-    (service, gate): (&S3Service, &Arc<LaneGate>),
-    ids: &Arc<RequestIds>,
+    shared: &Shared,
+    table: &Arc<ConnTable>,
 ) {
+    let Some(entry) = table.admit() else {
+        tracing::debug!(%peer, "every connection is busy; closing the new one");
+        return;
+    };
     if let Err(e) = stream.set_nodelay(true) {
         tracing::debug!(error = %e, "TCP_NODELAY not set");
     }
-    let service = service.clone();
-    let gate = Arc::clone(gate);
-    let ids = Arc::clone(ids);
-    let svc = hyper::service::service_fn(move |req| {
-        handle(service.clone(), Arc::clone(&gate), Arc::clone(&ids), req)
+    let state = Arc::clone(entry.state());
+    let shared = shared.clone();
+    // What this connection has proved (see crate::lanes::trust).
+    let trust = crate::lanes::trust::ConnTrust::new(Some(peer));
+    let svc = hyper::service::service_fn(move |mut req: http::Request<Incoming>| {
+        req.extensions_mut().insert(Arc::clone(&trust));
+        let flight = state.begin_request(req.version());
+        handle(shared.clone(), req, flight)
     });
-    if let Some(acceptor) = tls {
-        // Handshake in the connection's task: a bad client never stalls
-        // or stops the accept loop.
-        let (acceptor, builder, watcher) = (acceptor.clone(), builder.clone(), graceful.watcher());
-        tokio::spawn(async move {
-            let Some(stream) = crate::tls::handshake(&acceptor, stream).await else {
-                return;
-            };
-            let conn = builder.serve_connection(TokioIo::new(stream), svc);
-            if let Err(e) = watcher.watch(conn.into_owned()).await {
-                tracing::debug!(error = %e, "connection ended with an error");
+    let io = conn::io::Tracked::new(stream, Arc::clone(entry.state()));
+    let (builder, watcher) = (builder.clone(), graceful.watcher());
+    let handshake = tls.cloned().map(|a| (a, table.config().header_timeout));
+    // The handshake runs in the connection's task: a bad client never
+    // stalls or stops the accept loop.
+    tokio::spawn(conn::supervise(entry, async move {
+        match handshake {
+            Some((acceptor, deadline)) => {
+                let Some(stream) = crate::tls::handshake(&acceptor, io, deadline).await else {
+                    return Ok(());
+                };
+                let conn = builder.serve_connection(TokioIo::new(stream), svc);
+                watcher.watch(conn.into_owned()).await
             }
-        });
-        return;
-    }
-    let conn = builder
-        .serve_connection(TokioIo::new(stream), svc)
-        .into_owned();
-    let conn = graceful.watch(conn);
-    tokio::spawn(async move {
-        if let Err(e) = conn.await {
-            tracing::debug!(error = %e, "connection ended with an error");
+            None => {
+                let conn = builder.serve_connection(TokioIo::new(io), svc);
+                watcher.watch(conn.into_owned()).await
+            }
         }
-    });
+    }));
 }
 
-/// One request: id, span, the lanes and the s3s service behind them, the
-/// request-id header.
+/// One request: id, span, the form gate for a browser-form upload, the
+/// lanes and the s3s service behind them, the request-id header; the
+/// response body holds the request's place on its connection.
 async fn handle(
-    service: S3Service,
-    gate: Arc<LaneGate>,
-    ids: Arc<RequestIds>,
+    shared: Shared,
     mut req: http::Request<Incoming>,
-) -> Result<HttpResponse, HttpError> {
-    let id = ids.next();
+    flight: InFlight,
+) -> Result<http::Response<ConnBody>, HttpError> {
+    let id = shared.ids.next();
     let span = tracing::info_span!(
         "request",
         id = %id,
@@ -356,15 +418,33 @@ async fn handle(
     let is_head = req.method() == http::Method::HEAD;
     let form_post = crate::post::is_form_post(req.method(), req.headers());
     let started = Instant::now();
-    let (req, body) = crate::unread::watch(req);
-    let mut result = gate.call(&service, req, &id).instrument(span.clone()).await;
-    if form_post {
-        // s3s checks POST policies before any handler runs; give its
-        // refusals AWS's codes.
-        if let Ok(resp) = result {
-            result = Ok(crate::post::recode_policy_error(resp).await);
+    let (mut req, body) = crate::unread::watch(req, shared.stall);
+    let mut result = if form_post {
+        match shared.forms.admit(&mut req).instrument(span.clone()).await {
+            // The permit (the file's memory) is held until s3s has read
+            // the file and the handler has stored it.
+            Ok(_permit) => {
+                let result = shared
+                    .gate
+                    .call(&shared.service, req, &id)
+                    .instrument(span.clone())
+                    .await;
+                // s3s checks POST policies before any handler runs; give
+                // its refusals AWS's codes.
+                match result {
+                    Ok(resp) => Ok(crate::post::recode_policy_error(resp).await),
+                    Err(e) => Err(e),
+                }
+            }
+            Err(e) => refusal(e),
         }
-    }
+    } else {
+        shared
+            .gate
+            .call(&shared.service, req, &id)
+            .instrument(span.clone())
+            .await
+    };
     let _enter = span.enter();
     match &mut result {
         Ok(resp) => {
@@ -373,7 +453,15 @@ async fn handle(
         }
         Err(e) => tracing::warn!(error = ?e, "request error"),
     }
-    result
+    result.map(|resp| resp.map(|b| ConnBody::new(b, flight)))
+}
+
+/// The error response for a request refused in front of s3s.
+fn refusal(e: crate::error::GwError) -> Result<HttpResponse, HttpError> {
+    tracing::debug!(error = ?e, "form upload refused before its file was read");
+    s3s::S3Error::from(e)
+        .to_http_response()
+        .map_err(|e| HttpError::new(Box::new(e)))
 }
 
 /// Add the request id, fix up a ranged HEAD, log the outcome.

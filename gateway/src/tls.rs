@@ -6,7 +6,11 @@
 //! PKCS#1 or SEC1 private key. Files are read once at startup.
 //!
 //! A failed or slow handshake ends that connection only: it is logged at
-//! debug level and the accept loop goes on.
+//! debug level and the accept loop goes on. The handshake has the header
+//! timeout (`--header-timeout-secs`) as its deadline, counted from the
+//! accept; it runs under the connection's watchdog ([`crate::conn`]) on
+//! the tracked socket, so a TLS connection holds a place in the table
+//! and is timed out and evicted like any other.
 
 use rustls::ServerConfig;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -14,12 +18,9 @@ use std::io::BufReader;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
-
-/// Longest a client may take to finish the TLS handshake.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why the TLS settings could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -86,9 +87,17 @@ fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
 }
 
 /// Run the server side of the handshake on an accepted connection. `None`
-/// (logged at debug) when the client fails it or takes too long.
-pub async fn handshake(acceptor: &TlsAcceptor, stream: TcpStream) -> Option<TlsStream<TcpStream>> {
-    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+/// (logged at debug) when the client fails it or takes longer than
+/// `deadline`.
+pub async fn handshake<S>(
+    acceptor: &TlsAcceptor,
+    stream: S,
+    deadline: Duration,
+) -> Option<TlsStream<S>>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    match tokio::time::timeout(deadline, acceptor.accept(stream)).await {
         Ok(Ok(tls)) => Some(tls),
         Ok(Err(e)) => {
             tracing::debug!(error = %e, "TLS handshake failed");

@@ -17,20 +17,47 @@
 //! carries `Connection: close`. hyper then ends the connection after the
 //! answer, and the client opens a new one for its next request. HTTP/2
 //! frames each request on its own stream and needs nothing.
+//!
+//! The watched body also ends a stalled upload: when the client sends no
+//! byte for the stall timeout (`--stall-timeout-secs`) while the body is
+//! being read, the body fails ([`BodyStalled`]), the handler stores
+//! nothing and the answer closes the connection (the body was not read to
+//! its end). The clock runs only while the server waits for the client: a
+//! body nobody is reading (a request waiting for the lanes) is not
+//! stalled. And it can replay bytes read ahead of s3s (a form upload's
+//! fields, read by [`crate::post_form`] to check its signature first).
 
 use bytes::Bytes;
 use http::{HeaderValue, Request, Version};
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
+use std::collections::VecDeque;
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::time::Sleep;
 
-/// A request body that records whether it was read to its end.
+/// The error type of request bodies (s3s's).
+pub type StdError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A request body whose client sent nothing for the stall timeout.
+#[derive(Debug, thiserror::Error)]
+#[error("the client sent no body bytes for {0:?}")]
+pub struct BodyStalled(pub Duration);
+
+/// A request body that records whether it was read to its end, fails when
+/// the client stalls, and first yields any bytes read ahead of it.
 pub struct Watched {
     inner: Incoming,
     ended: Arc<AtomicBool>,
+    /// Bytes read ahead, yielded first, one frame each.
+    replay: VecDeque<Bytes>,
+    stall: Duration,
+    /// Armed when a read finds no data; disarmed when data comes.
+    deadline: Option<Pin<Box<Sleep>>>,
 }
 
 /// What is left of a request once its body is handed on: whether that
@@ -40,14 +67,57 @@ pub struct BodyWatch {
     version: Version,
 }
 
-/// `req` with its body watched, and the watch.
-pub fn watch(req: Request<Incoming>) -> (Request<Watched>, BodyWatch) {
+/// `req` with its body watched (failing after `stall` without a byte
+/// while it is read), and the watch.
+pub fn watch(req: Request<Incoming>, stall: Duration) -> (Request<Watched>, BodyWatch) {
     let ended = Arc::new(AtomicBool::new(req.body().is_end_stream()));
     let watch = BodyWatch {
         ended: Arc::clone(&ended),
         version: req.version(),
     };
-    (req.map(|inner| Watched { inner, ended }), watch)
+    let body = |inner| Watched {
+        inner,
+        ended,
+        replay: VecDeque::new(),
+        stall,
+        deadline: None,
+    };
+    (req.map(body), watch)
+}
+
+impl Watched {
+    /// Yield `bytes` (read ahead from this body) before the rest, after
+    /// any replayed before, as a frame of its own.
+    pub fn replay(&mut self, bytes: Bytes) {
+        if !bytes.is_empty() {
+            self.replay.push_back(bytes);
+        }
+    }
+
+    /// The next frame from the client, failing after the stall timeout
+    /// without one.
+    fn poll_client(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, StdError>>> {
+        match Pin::new(&mut self.inner).poll_frame(cx) {
+            Poll::Ready(polled) => {
+                self.deadline = None;
+                Poll::Ready(polled.map(|r| r.map_err(StdError::from)))
+            }
+            Poll::Pending => {
+                let stall = self.stall;
+                let deadline = self
+                    .deadline
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(stall)));
+                if deadline.as_mut().poll(cx).is_ready() {
+                    self.deadline = None;
+                    return Poll::Ready(Some(Err(Box::new(BodyStalled(stall)))));
+                }
+                Poll::Pending
+            }
+        }
+    }
 }
 
 impl BodyWatch {
@@ -69,14 +139,17 @@ impl BodyWatch {
 
 impl Body for Watched {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = StdError;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, StdError>>> {
         let this = &mut *self;
-        let polled = Pin::new(&mut this.inner).poll_frame(cx);
+        if let Some(bytes) = this.replay.pop_front() {
+            return Poll::Ready(Some(Ok(Frame::data(bytes))));
+        }
+        let polled = this.poll_client(cx);
         let ended = match &polled {
             Poll::Ready(None) => true,
             Poll::Ready(Some(Ok(_))) => this.inner.is_end_stream(),
@@ -89,11 +162,22 @@ impl Body for Watched {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.replay.is_empty() && self.inner.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        let hint = self.inner.size_hint();
+        if self.replay.is_empty() {
+            return hint;
+        }
+        let replayed: usize = self.replay.iter().map(Bytes::len).sum();
+        let extra = u64::try_from(replayed).unwrap_or(u64::MAX);
+        let mut out = SizeHint::new();
+        out.set_lower(hint.lower().saturating_add(extra));
+        if let Some(upper) = hint.upper() {
+            out.set_upper(upper.saturating_add(extra));
+        }
+        out
     }
 }
 

@@ -7,11 +7,20 @@
 //!
 //! Contention is made deterministic, not timed: a client that stops
 //! reading a large GET leaves the server holding the body chunk it is
-//! sending, and with `--lanes-capacity 1` that chunk holds the whole
-//! capacity until the client reads on. The requests that must be refused
-//! come from a second tenant: a lane that has been alone for a while may
-//! use several capacities (`laneway_qos::ALONE_FACTOR`); two active lanes
-//! share one.
+//! sending, and with `--lanes-capacity 1` and a long `--lanes-max-hold-ms`
+//! that chunk holds the whole capacity until the client reads on. The
+//! requests that must be refused come from a second tenant: a lane that
+//! has been alone for a while may use several capacities
+//! (`laneway_qos::ALONE_FACTOR`); two active lanes share one.
+//!
+//! With the default hold, the same stalled readers must hold nothing
+//! (issue 11's reproductions): an unread GET, HTTP/2 streams with a zero
+//! window, and a forger claiming another tenant's key cost only
+//! themselves.
+//!
+//! A request's lane is its tenant's only on a connection that has proved
+//! the key; a fresh connection's first request runs in an unproved lane,
+//! counted as `anonymous` (see `gateway/src/lanes/trust.rs`).
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -211,6 +220,8 @@ async fn past_the_bounds_requests_get_slowdown_then_succeed() {
             "1",
             "--lanes-max-wait-ms",
             "50",
+            "--lanes-max-hold-ms",
+            "60000",
         ],
     );
     let tenant = server.default_tenant().await;
@@ -232,12 +243,14 @@ async fn past_the_bounds_requests_get_slowdown_then_succeed() {
         .put_object("lanes", "small", Bytes::from_static(b"hello"))
         .await
         .expect("other's put");
-
+    // The stalled GET is its connection's first request: it runs in an
+    // unproved lane, and is counted as the tenant's.
     let stalled = send(&server.s3, signed_get(&server, "/lanes/big")).await;
     assert_eq!(stalled.status(), 200);
     wait_stalled(&server, &tenant).await;
 
-    // Signed requests of a second tenant: one waits 50 ms, the rest find
+    // Signed requests of a second tenant (in its lane, or an unproved one
+    // for a fresh connection): one of each lane waits 50 ms, the rest find
     // the lane full; all are refused.
     let burst = (0..6).map(|_| other.head_object("lanes", "small"));
     for r in futures::future::join_all(burst).await {
@@ -386,4 +399,240 @@ async fn metrics_count_requests_per_tenant_and_operation() {
         .await
         .expect("unauthenticated scrape");
     assert_eq!(status, 401);
+}
+
+/// A proved connection of `server`'s default tenant: one signed request
+/// has been answered on it.
+async fn proved_connection(
+    server: &Server,
+) -> hyper::client::conn::http1::SendRequest<Empty<Bytes>> {
+    let stream = tokio::net::TcpStream::connect(&server.s3)
+        .await
+        .expect("connect");
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .expect("handshake");
+    tokio::spawn(conn);
+    let first = sender
+        .send_request(signed_get(server, "/"))
+        .await
+        .expect("ListBuckets");
+    assert_eq!(first.status(), 200);
+    first.into_body().collect().await.expect("body");
+    sender.ready().await.expect("connection ready again");
+    sender
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_that_stops_reading_holds_no_capacity() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(dir.path(), &["--lanes-max-wait-ms", "2000"]);
+    let client = server.client();
+    client.create_bucket("held").await.expect("bucket");
+    let big = laneway_bench::content::pattern(11, 7 << 20);
+    client
+        .put_object("held", "big", big.clone())
+        .await
+        .expect("put big");
+    let (_, other) = server.second_tenant("b").await;
+    other.create_bucket("small").await.expect("bucket");
+    other
+        .put_object("small", "k", Bytes::from_static(b"hello"))
+        .await
+        .expect("put");
+
+    // Tenant A: ten 7 MiB GETs whose bodies nobody reads, on proved
+    // connections (A's own lane) and on fresh ones (the unproved lane).
+    let (mut conns, mut unread) = (Vec::new(), Vec::new());
+    for i in 0..10 {
+        let resp = if i % 2 == 0 {
+            let mut c = proved_connection(&server).await;
+            let r = c
+                .send_request(signed_get(&server, "/held/big"))
+                .await
+                .expect("response");
+            conns.push(c);
+            r
+        } else {
+            send(&server.s3, signed_get(&server, "/held/big")).await
+        };
+        assert_eq!(resp.status(), 200);
+        unread.push(resp);
+    }
+    // Nothing stays in flight while they wait on their clients.
+    wait_idle(&server).await;
+
+    // Tenant B is served, every time.
+    for _ in 0..20 {
+        let got = other.get_object("small", "k").await.expect("B's GET");
+        assert_eq!(got.body, Bytes::from_static(b"hello"));
+    }
+    wait_idle(&server).await;
+    drop((conns, unread));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_reader_resumes_intact_and_others_were_served_meanwhile() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(dir.path(), &["--lanes-max-wait-ms", "2000"]);
+    let client = server.client();
+    client.create_bucket("pause").await.expect("bucket");
+    let big = laneway_bench::content::pattern(5, 7 << 20);
+    client
+        .put_object("pause", "big", big.clone())
+        .await
+        .expect("put big");
+    let mut conn = proved_connection(&server).await;
+    let paused = conn
+        .send_request(signed_get(&server, "/pause/big"))
+        .await
+        .expect("response");
+    wait_idle(&server).await;
+    let (_, other) = server.second_tenant("b").await;
+    other.create_bucket("bbb").await.expect("B's bucket");
+    for i in 0..10 {
+        other
+            .put_object("bbb", &format!("k{i}"), Bytes::from_static(b"x"))
+            .await
+            .expect("B's PUT while A pauses");
+    }
+    let got = paused.into_body().collect().await.expect("body").to_bytes();
+    assert!(got == big, "the paused GET's bytes differ");
+    wait_idle(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_streams_with_a_zero_window_hold_no_capacity() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(dir.path(), &["--lanes-max-wait-ms", "2000"]);
+    let (_, other) = server.second_tenant("b").await;
+    other.create_bucket("small").await.expect("bucket");
+    other
+        .put_object("small", "k", Bytes::from_static(b"hello"))
+        .await
+        .expect("put");
+
+    // HTTP/2 with prior knowledge, a stream window of 0: the server can
+    // send headers but not one byte of any body.
+    let stream = tokio::net::TcpStream::connect(&server.s3)
+        .await
+        .expect("connect");
+    let (sender, conn) =
+        hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+            .initial_stream_window_size(0)
+            .handshake(TokioIo::new(stream))
+            .await
+            .expect("h2 handshake");
+    tokio::spawn(conn);
+    let mut streams = Vec::new();
+    for _ in 0..4 {
+        let mut s = sender.clone();
+        let req = Request::get(format!("http://{}/", server.s3))
+            .body(Empty::<Bytes>::new())
+            .expect("request");
+        streams.push(tokio::spawn(async move { s.send_request(req).await }));
+    }
+    let mut responses = Vec::new();
+    for s in streams {
+        let resp = s.await.expect("task").expect("h2 response head");
+        assert_eq!(resp.status(), 403);
+        responses.push(resp);
+    }
+    wait_idle(&server).await;
+    for _ in 0..20 {
+        let got = other.get_object("small", "k").await.expect("B's GET");
+        assert_eq!(got.body, Bytes::from_static(b"hello"));
+    }
+    drop(responses);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forger_claiming_a_key_does_not_fill_its_tenants_lane() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(
+        dir.path(),
+        &[
+            "--lanes-capacity",
+            "1",
+            "--lanes-queue",
+            "2",
+            "--lanes-max-wait-ms",
+            "5000",
+            "--lanes-max-hold-ms",
+            "60000",
+        ],
+    );
+    let client = server.client();
+    client.create_bucket("fff").await.expect("bucket");
+    let big = laneway_bench::content::pattern(3, 8 << 20);
+    client.put_object("fff", "big", big).await.expect("put big");
+    let mut victim = proved_connection(&server).await;
+
+    // A stalled GET on a fresh connection holds the capacity.
+    let stalled = send(&server.s3, signed_get(&server, "/fff/big")).await;
+    assert_eq!(stalled.status(), 200);
+    wait_stalled(&server, &server.default_tenant().await).await;
+
+    // The forger knows the victim's key id, not its secret.
+    let forged = || {
+        Request::get("/fff/big")
+            .header(http::header::HOST, &server.s3)
+            .header(
+                http::header::AUTHORIZATION,
+                format!(
+                    "AWS4-HMAC-SHA256 Credential={}/20261201/us-east-1/s3/aws4_request, \
+                     SignedHeaders=host, Signature={}",
+                    server.access,
+                    "0".repeat(64)
+                ),
+            )
+            .header("x-amz-date", "20261201T000000Z")
+            .header("x-amz-content-sha256", "UNSIGNED-PAYLOAD")
+            .body(Empty::<Bytes>::new())
+            .expect("request")
+    };
+    let authority = server.s3.clone();
+    let mut forgers = Vec::new();
+    for _ in 0..4 {
+        let req = forged();
+        let a = authority.clone();
+        forgers.push(tokio::spawn(async move { send(&a, req).await.status() }));
+    }
+    // Wait until forgers are queued (in whichever lane they went to).
+    let mut queued = 0;
+    for _ in 0..200 {
+        let m = server.metrics().await;
+        queued = m
+            .lines()
+            .filter(|l| l.starts_with("laneway_lane_queue_depth{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum::<u64>();
+        if queued >= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(queued >= 2, "the forgers never queued");
+
+    // The victim's request on its proved connection waits in its own
+    // lane, and is served once the stalled reader reads on.
+    let head = Request::head("/fff/big");
+    let mut req = head
+        .uri(format!("http://{}/fff/big", server.s3))
+        .header(http::header::HOST, &server.s3)
+        .body(Empty::new())
+        .expect("request");
+    Signer::new(&server.access, &server.secret)
+        .sign(&mut req)
+        .expect("sign");
+    *req.uri_mut() = "/fff/big".parse().expect("path");
+    let victim_call = tokio::spawn(async move { victim.send_request(req).await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    stalled.into_body().collect().await.expect("stalled body");
+    let resp = victim_call.await.expect("task").expect("response");
+    assert_eq!(resp.status(), 200, "the victim was refused");
+    for f in forgers {
+        let status = f.await.expect("forger task");
+        assert!(status == 403 || status == 503, "forger got {status}");
+    }
 }

@@ -27,6 +27,11 @@ pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(5);
 pub const DEFAULT_STREAM_MAX_WAIT: Duration = Duration::from_secs(30);
 /// Retry-After hint when a lane is full or a wait timed out.
 pub const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
+/// Longest a response's permit or a paced chunk's grant is held while its
+/// consumer has not come back for more (see [`crate::Lease`]): long enough
+/// for hyper to write a 256 KiB chunk to a socket that takes it, short
+/// enough that a client that stopped reading holds nothing others notice.
+pub const DEFAULT_MAX_HOLD: Duration = Duration::from_millis(5);
 
 /// Whether requests go through the fair scheduler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -63,6 +68,11 @@ pub struct LanesConfig {
     pub chunk_bytes: usize,
     /// Retry-After hint for a full lane or a wait that timed out.
     pub retry_after: Duration,
+    /// Longest a [`Lease`](crate::Lease) keeps its units: a response
+    /// permit or a paced chunk's grant whose consumer (hyper, waiting on
+    /// the client's socket) has not come back for more by then is given
+    /// back, so a stalled reader holds no shared capacity.
+    pub max_hold: Duration,
 }
 
 impl Default for LanesConfig {
@@ -77,6 +87,7 @@ impl Default for LanesConfig {
             base_cost: DEFAULT_BASE_COST,
             chunk_bytes: DEFAULT_CHUNK_BYTES,
             retry_after: DEFAULT_RETRY_AFTER,
+            max_hold: DEFAULT_MAX_HOLD,
         }
     }
 }

@@ -30,6 +30,7 @@ use tokio::time::Instant;
 
 use crate::caps::{Caps, Limits, cells_for};
 use crate::config::{LanesConfig, Mode};
+use crate::lease::{Lease, Reaper};
 use crate::scheduler::{Config, LaneStats, Rejected, Scheduler, TicketId};
 use crate::stats::{LanesSnapshot, TenantSnapshot, WaitCounters};
 use crate::tenant::{TenantKey, Weight};
@@ -51,6 +52,7 @@ pub struct Lanes {
 
 struct Shared {
     config: LanesConfig,
+    reaper: Arc<Reaper>,
     state: Mutex<State>,
     limits: RwLock<HashMap<TenantKey, Arc<Limits>>>,
 }
@@ -98,6 +100,7 @@ impl Lanes {
         };
         Lanes {
             shared: Arc::new(Shared {
+                reaper: Reaper::new(config.max_hold),
                 config,
                 state: Mutex::new(state),
                 limits: RwLock::new(HashMap::new()),
@@ -150,6 +153,13 @@ impl Lanes {
             return;
         }
         self.shared.state.lock().sched.charge(tenant, units);
+    }
+
+    /// Holds `permit` while its consumer works, at most `max_hold` (see
+    /// [`Lease`]): for a response's permit or a paced chunk's grant, whose
+    /// consumer may be waiting on a client that stopped reading.
+    pub fn lease(&self, permit: Permit) -> Lease {
+        self.shared.reaper.lease(permit)
     }
 
     /// Copies every counter out (see [`LanesSnapshot`]).
@@ -379,6 +389,11 @@ impl Permit {
     /// The units this permit holds.
     pub fn cost(&self) -> u64 {
         self.cost
+    }
+
+    /// Whether dropping it gives units back (false with lanes off).
+    pub(crate) fn holds_units(&self) -> bool {
+        self.held.is_some()
     }
 }
 

@@ -19,7 +19,9 @@
 //!   returns a [`Permit`] (units given back on drop) or [`Overloaded`]
 //!   (503 SlowDown with Retry-After), and enforces hard per-tenant
 //!   [`Caps`] (requests/s, bytes/s) with `governor`;
-//! * [`pace`]: wraps a body stream so each chunk waits for its grant.
+//! * [`pace`]: wraps a body stream so each chunk waits for its grant;
+//! * [`Lease`]: a permit held while its consumer works, at most
+//!   `max_hold`, so a client that stops reading holds no capacity.
 //!
 //! [`Lanes::snapshot`] exports per-tenant counters. Weights and caps come
 //! from tenancy and are applied with [`Lanes::update_tenant`]. The design,
@@ -30,6 +32,7 @@ mod config;
 mod error;
 mod lane;
 mod lanes;
+mod lease;
 mod pace;
 mod scheduler;
 mod stats;
@@ -37,11 +40,13 @@ mod tenant;
 
 pub use caps::Caps;
 pub use config::{
-    DEFAULT_BASE_COST, DEFAULT_CAPACITY_UNITS, DEFAULT_CHUNK_BYTES, DEFAULT_MAX_QUEUE_PER_TENANT,
-    DEFAULT_MAX_WAIT, DEFAULT_RETRY_AFTER, DEFAULT_STREAM_MAX_WAIT, LanesConfig, Mode,
+    DEFAULT_BASE_COST, DEFAULT_CAPACITY_UNITS, DEFAULT_CHUNK_BYTES, DEFAULT_MAX_HOLD,
+    DEFAULT_MAX_QUEUE_PER_TENANT, DEFAULT_MAX_WAIT, DEFAULT_RETRY_AFTER, DEFAULT_STREAM_MAX_WAIT,
+    LanesConfig, Mode,
 };
 pub use error::{OverloadReason, Overloaded};
 pub use lanes::{Lanes, Permit};
+pub use lease::{Lease, MAX_PENDING as MAX_PENDING_LEASES};
 pub use pace::pace;
 pub use scheduler::{ALONE_AFTER, ALONE_FACTOR, Config, LaneStats, Rejected, Scheduler, TicketId};
 pub use stats::{LanesSnapshot, TenantSnapshot};

@@ -8,9 +8,12 @@
 //! them from the tenant's bytes/s cap (sleeping while that is exhausted),
 //! waits for a grant of that many units, and only then yields them. The
 //! chunk's permit is held while the consumer works on it, that is until
-//! the consumer polls for the next item (or drops the stream), and it is
-//! released *before* the inner stream is read again, so no units are held
-//! while waiting for a slow client or disk.
+//! the consumer polls for the next item (or drops the stream), but never
+//! longer than the lanes' `max_hold` (it is a [`Lease`]): a consumer that
+//! does not come back is waiting on its client (hyper on a socket the
+//! client does not read), which is not work. It is released *before* the
+//! inner stream is read again, so no units are held while waiting for a
+//! slow client or disk.
 //!
 //! Direction does not matter: wrap the client's upload before it is handed
 //! to the store (a chunk is stored under its permit), or the store's read
@@ -29,7 +32,8 @@ use bytes::Bytes;
 use futures::{Stream, StreamExt, stream};
 
 use crate::Overloaded;
-use crate::lanes::{Lanes, Permit};
+use crate::lanes::Lanes;
+use crate::lease::Lease;
 use crate::tenant::TenantKey;
 
 /// Paces `stream`, a body of `tenant`'s request, through the tenant's lane
@@ -40,7 +44,8 @@ use crate::tenant::TenantKey;
 /// tenant's bytes/s cap (sleeping while that is exhausted), waits for a
 /// grant of that many cost units, and then yields them. The grant is held
 /// until the consumer polls again (it has stored or sent the chunk by then)
-/// or drops the stream, and it is released before `stream` is read again,
+/// or drops the stream, at most `max_hold` ([`Lanes::lease`]), and it is
+/// released before `stream` is read again,
 /// so no units are held while waiting for a slow client or disk.
 ///
 /// Chunks are charged their bytes only; the request's base cost is charged
@@ -83,8 +88,9 @@ struct Pacer<S, E> {
     leftover: Option<Bytes>,
     /// Pieces of the current chunk, granted, not yet yielded.
     ready: VecDeque<Bytes>,
-    /// The current chunk's grant.
-    permit: Option<Permit>,
+    /// The current chunk's grant, leased: given back when the consumer
+    /// polls again, or after `max_hold` if it does not come back.
+    permit: Option<Lease>,
     /// An inner error to yield once the bytes before it are out.
     error: Option<E>,
     /// The inner stream ended (or failed).
@@ -159,7 +165,7 @@ where
         self.lanes.throttle_bytes(&self.tenant, bytes).await;
         match self.lanes.acquire_chunk(&self.tenant, bytes).await {
             Ok(permit) => {
-                self.permit = Some(permit);
+                self.permit = Some(self.lanes.lease(permit));
                 let first = self.ready.pop_front()?;
                 Some((Ok(first), self))
             }

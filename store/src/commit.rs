@@ -16,6 +16,14 @@
 //! including the usage and segment counter rows it changed; (4) sync the
 //! index; (5) answer. Data is therefore durable before the metadata that
 //! points to it, and a reply of success means both are on disk.
+//!
+//! After the round, every volume record its requests named is uncounted as
+//! pending ([`VolumeSet::committed`]): from then on the live-bytes counters
+//! alone say whether compaction may delete a segment. A round that failed to
+//! persist seals the segments it named (an fsync that failed leaves the page
+//! cache in an unknown state: never append after it); the index reopens
+//! itself ([`crate::index_reopen`]), and the next round checks that every
+//! segment the reopened index counts live bytes in still exists.
 
 use crate::error::{StoreError, StoreResult};
 use crate::ids::BucketId;
@@ -440,6 +448,8 @@ pub fn spawn(
 }
 
 fn run(index: &dyn MetaIndex, volumes: &VolumeSet, rx: &Receiver<Request>, durable: bool) {
+    // Set after a failed round: check the volumes once the index works again.
+    let mut verify = false;
     // Ends when every sender is gone (shutdown) and the queue is drained.
     while let Ok(first) = rx.recv() {
         let mut reqs = vec![first];
@@ -449,31 +459,85 @@ fn run(index: &dyn MetaIndex, volumes: &VolumeSet, rx: &Receiver<Request>, durab
                 Err(_) => break,
             }
         }
-        commit_round(index, volumes, reqs, durable);
+        if verify {
+            verify = !verify_volumes(index, volumes);
+        }
+        verify |= !commit_round(index, volumes, reqs, durable);
     }
 }
 
-fn commit_round(index: &dyn MetaIndex, volumes: &VolumeSet, reqs: Vec<Request>, durable: bool) {
+/// After a failed round and a reopen of the index: every segment the index
+/// counts live bytes in must still exist (compaction deletes only segments
+/// without any). Returns whether the check ran (false: index still closed).
+fn verify_volumes(index: &dyn MetaIndex, volumes: &VolumeSet) -> bool {
+    let start = segment_key(0);
+    let end = vec![crate::record::SEGMENT_TAG + 1];
+    let rows = match index.scan(&start, &end, usize::MAX) {
+        Ok(rows) => rows,
+        Err(_) => return false,
+    };
+    let mut missing = 0u64;
+    for (k, v) in rows {
+        let id = k.get(1..9).and_then(|b| <[u8; 8]>::try_from(b).ok());
+        let live = <[u8; 8]>::try_from(v.as_slice()).map(i64::from_be_bytes);
+        if let (Some(id), Ok(live)) = (id, live)
+            && live > 0
+            && volumes.file(u64::from_be_bytes(id)).is_err()
+        {
+            missing += 1;
+        }
+    }
+    if missing > 0 {
+        tracing::error!(
+            missing,
+            "segments with live objects are missing after an index reopen"
+        );
+    } else {
+        tracing::info!("volume state verified after an index reopen");
+    }
+    true
+}
+
+/// Apply, persist and answer one round; whether it persisted.
+fn commit_round(
+    index: &dyn MetaIndex,
+    volumes: &VolumeSet,
+    reqs: Vec<Request>,
+    durable: bool,
+) -> bool {
     let mut round = Round::new(index);
     let mut segments = BTreeSet::new();
+    let mut named = Vec::new();
     let mut answers = Vec::with_capacity(reqs.len());
     for req in reqs {
         let result = round.apply(req.op);
+        named.extend_from_slice(&req.segments);
         if result.is_ok() {
             segments.extend(req.segments);
         }
         answers.push((req.reply, result));
     }
     let committed = persist(index, volumes, round, &segments, durable);
+    if let Err(e) = &committed {
+        tracing::warn!(error = %e, segments = segments.len(), "commit round failed; sealing its segments");
+        for &s in &segments {
+            volumes.seal(s);
+        }
+    }
+    // Only now, with the index written (or the round failed), may
+    // compaction judge these segments by their live-bytes counters.
+    volumes.committed(&named);
     for (reply, result) in answers {
         let result = match (&committed, result) {
             (Ok(()), r) => r,
+            (Err(StoreError::Unavailable(m)), Ok(_)) => Err(StoreError::Unavailable(m.clone())),
             (Err(e), Ok(_)) => Err(StoreError::Io(std::io::Error::other(e.to_string()))),
             (Err(_), Err(e)) => Err(e),
         };
         // A caller that went away no longer needs its answer.
         let _ = reply.send(result);
     }
+    committed.is_ok()
 }
 
 fn persist(

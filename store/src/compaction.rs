@@ -11,6 +11,18 @@
 //! Readers that already opened the old file finish from their open handle;
 //! readers that looked up the old location just before it moved retry once
 //! (see `Partition::get`).
+//!
+//! A segment that holds a record whose commit has not landed yet (a writer
+//! released it, it was sealed, the commit is still queued) is skipped: its
+//! live-bytes counter does not count that record yet, so it would look like
+//! garbage. See the pending count in [`crate::volume`]. The check comes
+//! before the counter is read, and a sealed segment never gains pending
+//! records, so "none pending, then no live bytes" is final.
+//!
+//! When free space runs low ([`crate::space::Space::is_low`]), a pass every
+//! [`LOW_SPACE_EVERY`] seals idle open segments and compacts with a lower
+//! garbage threshold, so deleting objects on a full disk gives the space
+//! back within seconds and writes resume.
 
 use crate::commit::{Op, Outcome, RelocTarget, VolumeRef, read_live};
 use crate::error::StoreResult;
@@ -20,6 +32,12 @@ use crate::record::{DataLoc, StoredObject, object_key};
 use crate::volume::{FLAG_PART, RangeReader, RecordHeader, RecordWriter, read_header, record_len};
 use std::fs::File;
 use std::sync::Arc;
+use std::time::Duration;
+
+/// How often free space is checked for a low-space compaction pass.
+pub const LOW_SPACE_EVERY: Duration = Duration::from_secs(1);
+/// Garbage share from which a segment is compacted while space is low.
+pub const LOW_SPACE_MIN_GARBAGE: f64 = 0.25;
 
 /// What one compaction pass did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -44,22 +62,47 @@ pub async fn compact_partition(
         p.volumes().seal_idle();
     }
     let mut report = CompactionReport::default();
-    for (segment, len) in p.volumes().sealed()? {
-        let live = u64::try_from(read_live(p.index(), segment)?.max(0)).unwrap_or(0);
-        let garbage = len.saturating_sub(live);
-        if len > 0 && (garbage as f64) < min_garbage * len as f64 {
+    for (segment, len, live) in candidates(p, min_garbage)? {
+        // A copy that cannot fit would fail half-way and leave its partial
+        // bytes behind; a later pass, with more space freed, takes it.
+        if live > 0 && live.saturating_add(p.space().reserve() / 4) > p.space().available() {
+            tracing::debug!(partition = %p.id(), segment, live, "not enough free space to compact");
             continue;
         }
         report.records_moved += move_live_records(p, segment, len).await?;
-        if read_live(p.index(), segment)? > 0 {
+        if p.volumes().has_pending(segment) || read_live(p.index(), segment)? > 0 {
             tracing::warn!(partition = %p.id(), segment, "segment still referenced after compaction; kept");
             continue;
         }
         p.volumes().remove(segment)?;
         report.segments += 1;
         report.bytes_freed += len;
+        // The next fit check, and writes waiting on the reserve, should
+        // see the space at once.
+        p.space().refresh();
     }
     Ok(report)
+}
+
+/// Sealed segments with at least `min_garbage` garbage and no pending
+/// record, as (segment, file length, live bytes), most garbage first (so a
+/// pass on a full disk frees space before it needs any for copies).
+fn candidates(p: &Partition, min_garbage: f64) -> StoreResult<Vec<(u64, u64, u64)>> {
+    let mut out = Vec::new();
+    for (segment, len) in p.volumes().sealed()? {
+        // Pending first, then the counter (see the module doc).
+        if p.volumes().has_pending(segment) {
+            continue;
+        }
+        let live = u64::try_from(read_live(p.index(), segment)?.max(0)).unwrap_or(0);
+        let garbage = len.saturating_sub(live);
+        if len > 0 && (garbage as f64) < min_garbage * len as f64 {
+            continue;
+        }
+        out.push((segment, len, live));
+    }
+    out.sort_by_key(|&(segment, len, live)| (std::cmp::Reverse(len.saturating_sub(live)), segment));
+    Ok(out)
 }
 
 async fn move_live_records(p: &Partition, segment: u64, len: u64) -> StoreResult<u64> {
@@ -138,6 +181,9 @@ fn copy_record(
         h.data_len,
     );
     let mut seg = p.volumes().take_writer()?;
+    // Compaction may use the reserve: it is what the reserve is for.
+    p.space()
+        .note_written(record_len(h.key.len() as u64, h.data_len));
     let result = (|| {
         let mut w = RecordWriter::begin_with_flags(&mut seg, h.bucket, &h.key, h.flags)?;
         while let Some(chunk) = reader.next_chunk()? {

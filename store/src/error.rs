@@ -60,6 +60,13 @@ pub enum StoreError {
     /// The store is shutting down.
     #[error("the store is shutting down")]
     ShuttingDown,
+    /// The write would take the filesystem's free space below the reserve
+    /// kept for deletes and compaction (see [`crate::space`]).
+    #[error("not enough free disk space for this write")]
+    InsufficientStorage,
+    /// A partition's index is being reopened after an I/O failure; retry.
+    #[error("partition temporarily unavailable: {0}")]
+    Unavailable(String),
     /// The data directory was created with different settings.
     #[error("data directory mismatch: {0}")]
     Layout(String),

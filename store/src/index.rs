@@ -90,10 +90,11 @@ impl Engine {
     }
 }
 
-/// Open (creating if needed) an index of `engine` in directory `path`.
+/// Open (creating if needed) an index of `engine` in directory `path`,
+/// wrapped so that it reopens itself after a failed write or sync
+/// ([`crate::index_reopen`]).
 pub fn open_index(engine: Engine, path: &Path) -> StoreResult<Box<dyn MetaIndex>> {
-    match engine {
-        Engine::Fjall => Ok(Box::new(crate::index_fjall::FjallIndex::open(path)?)),
-        Engine::Sled => Ok(Box::new(crate::index_sled::SledIndex::open(path)?)),
-    }
+    Ok(Box::new(crate::index_reopen::ReopeningIndex::open(
+        engine, path,
+    )?))
 }

@@ -17,19 +17,33 @@
 //! stop counting as live bytes in their segments, so compaction reclaims
 //! them. Uploads older than a configurable age are aborted by the
 //! background task.
+//!
+//! Every change to these rows also moves the bucket's multipart counters
+//! ([`counters`]: open uploads, bytes of stored parts) in the same batch,
+//! so quotas can count parts the moment they are durable; a completion
+//! leaves a record that answers its retries ([`completed`]).
 
 use crate::commit::{Op, Outcome, Round, VolumeRef, WriteCond};
 use crate::error::{StoreError, StoreResult};
 use crate::ids::BucketId;
 use crate::list::prefix_successor;
 use crate::record::{
-    Checksum, DataLoc, FORMAT_V1, ObjectMeta, PART_TAG, PartLoc, StoredObject, Tag, UPLOAD_TAG,
+    Checksum, DataLoc, FORMAT_V1, FORMAT_V2, ObjectInfo, ObjectMeta, PART_TAG, PartLoc,
+    StoredObject, Tag, UPLOAD_TAG,
 };
+use counters::signed;
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 
 mod complete;
+pub mod completed;
+pub mod counters;
 
 pub use complete::{Combiner, ListedPart};
+pub use counters::Pending;
+
+/// Format byte of upload and part rows that are counted in their bucket's
+/// [`Pending`] counters (all rows written since the counters exist).
+const FORMAT_COUNTED: u8 = FORMAT_V2;
 
 /// Most parts an upload may have.
 pub const MAX_PARTS: u32 = 10_000;
@@ -154,6 +168,13 @@ pub enum MpOp {
         /// Upload id.
         upload: [u8; 16],
     },
+    /// Forget records of completed uploads that completed before `cutoff_ms`.
+    ForgetCompleted {
+        /// Their upload ids.
+        uploads: Vec<[u8; 16]>,
+        /// Completion time at or after which a record is kept.
+        cutoff_ms: i64,
+    },
 }
 
 /// Result of a multipart mutation.
@@ -164,10 +185,12 @@ pub enum MpOutcome {
     Done,
     /// The completed object's record.
     Completed(StoredObject),
+    /// A repeated completion, answered from the record of the first.
+    Repeated(ObjectInfo),
 }
 
-fn encode<T: Serialize>(v: &T) -> Vec<u8> {
-    let mut out = vec![FORMAT_V1];
+pub(crate) fn encode<T: Serialize>(v: &T) -> Vec<u8> {
+    let mut out = vec![FORMAT_COUNTED];
     if let Err(e) = bincode::serialize_into(&mut out, v) {
         unreachable!("bincode of a plain struct into a Vec failed: {e}");
     }
@@ -176,8 +199,14 @@ fn encode<T: Serialize>(v: &T) -> Vec<u8> {
 
 /// Decode a multipart row.
 pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> StoreResult<T> {
+    decode_counted(bytes).map(|(v, _)| v)
+}
+
+/// Decode a multipart row, and whether it is counted in [`Pending`].
+pub(crate) fn decode_counted<T: DeserializeOwned>(bytes: &[u8]) -> StoreResult<(T, bool)> {
     match bytes.split_first() {
-        Some((&FORMAT_V1, rest)) => bincode::deserialize(rest)
+        Some((&f @ (FORMAT_V1 | FORMAT_COUNTED), rest)) => bincode::deserialize(rest)
+            .map(|v| (v, f == FORMAT_COUNTED))
             .map_err(|e| StoreError::Corrupt(format!("multipart row: {e}"))),
         _ => Err(StoreError::Corrupt("multipart row: unknown format".into())),
     }
@@ -266,10 +295,11 @@ pub fn new_upload_id() -> [u8; 16] {
     out
 }
 
-pub(crate) fn part_rows(
-    round: &Round<'_>,
-    upload: &[u8; 16],
-) -> StoreResult<Vec<(u32, PartRecord)>> {
+/// A stored part row: its number, record, and whether its bytes are
+/// counted in the bucket's [`Pending`] counters.
+pub(crate) type PartRow = (u32, PartRecord, bool);
+
+pub(crate) fn part_rows(round: &Round<'_>, upload: &[u8; 16]) -> StoreResult<Vec<PartRow>> {
     let (start, end) = parts_range(upload);
     let mut out = Vec::new();
     for (k, v) in round.scan_all(&start, &end)? {
@@ -278,21 +308,45 @@ pub(crate) fn part_rows(
             .and_then(|b| b.try_into().ok())
             .map(u32::from_be_bytes);
         let n = n.ok_or_else(|| StoreError::Corrupt("part row key".into()))?;
-        out.push((n, decode(&v)?));
+        let (rec, counted) = decode_counted(&v)?;
+        out.push((n, rec, counted));
     }
     Ok(out)
 }
 
+/// The upload's record, and whether the upload is counted in [`Pending`].
 pub(crate) fn require_upload(
     round: &Round<'_>,
     bucket: BucketId,
     key: &str,
     upload: &[u8; 16],
-) -> StoreResult<UploadRecord> {
+) -> StoreResult<(UploadRecord, bool)> {
     let raw = round
         .get_raw(&upload_key(bucket, key, upload))?
         .ok_or(StoreError::NoSuchUpload)?;
-    decode(&raw)
+    decode_counted(&raw)
+}
+
+/// Remove the upload's row and every part row, uncounting what was counted
+/// (abort, and completion once the object holds what it keeps).
+pub(crate) fn drop_upload(
+    round: &mut Round<'_>,
+    bucket: BucketId,
+    key: &str,
+    upload: &[u8; 16],
+    counted: bool,
+    parts: &[PartRow],
+) -> StoreResult<()> {
+    let mut bytes = 0i64;
+    for (n, rec, part_counted) in parts {
+        round.segment_delta(&part_loc_data(&rec.loc), -1);
+        round.set(part_key(upload, *n), None);
+        if *part_counted {
+            bytes += signed(rec.size);
+        }
+    }
+    round.set(upload_key(bucket, key, upload), None);
+    counters::add(round, bucket, -i64::from(counted), -bytes)
 }
 
 pub(crate) fn part_loc_data(loc: &PartLoc) -> DataLoc {
@@ -309,6 +363,7 @@ pub(crate) fn apply(round: &mut Round<'_>, op: MpOp) -> StoreResult<Outcome> {
             record,
         } => {
             round.set(upload_key(bucket, &key, &upload), Some(encode(&record)));
+            counters::add(round, bucket, 1, 0)?;
         }
         MpOp::PutPart {
             bucket,
@@ -319,11 +374,17 @@ pub(crate) fn apply(round: &mut Round<'_>, op: MpOp) -> StoreResult<Outcome> {
         } => {
             require_upload(round, bucket, &key, &upload)?;
             let pkey = part_key(&upload, part);
+            // A part number uploaded again replaces the old part's bytes.
+            let mut freed = 0;
             if let Some(old) = round.get_raw(&pkey)? {
-                let old: PartRecord = decode(&old)?;
+                let (old, counted): (PartRecord, bool) = decode_counted(&old)?;
                 round.segment_delta(&part_loc_data(&old.loc), -1);
+                if counted {
+                    freed = signed(old.size);
+                }
             }
             round.segment_delta(&part_loc_data(&record.loc), 1);
+            counters::add(round, bucket, 0, signed(record.size) - freed)?;
             round.set(pkey, Some(encode(&record)));
         }
         MpOp::Complete {
@@ -353,12 +414,21 @@ pub(crate) fn apply(round: &mut Round<'_>, op: MpOp) -> StoreResult<Outcome> {
             key,
             upload,
         } => {
-            require_upload(round, bucket, &key, &upload)?;
-            for (n, rec) in part_rows(round, &upload)? {
-                round.segment_delta(&part_loc_data(&rec.loc), -1);
-                round.set(part_key(&upload, n), None);
+            let (_, counted) = require_upload(round, bucket, &key, &upload)?;
+            let parts = part_rows(round, &upload)?;
+            drop_upload(round, bucket, &key, &upload, counted, &parts)?;
+        }
+        MpOp::ForgetCompleted { uploads, cutoff_ms } => {
+            for upload in uploads {
+                let ckey = completed::completed_key(&upload);
+                let Some(raw) = round.get_raw(&ckey)? else {
+                    continue;
+                };
+                let rec: completed::Completed = decode(&raw)?;
+                if rec.completed_ms < cutoff_ms {
+                    round.set(ckey, None);
+                }
             }
-            round.set(upload_key(bucket, &key, &upload), None);
         }
     }
     Ok(Outcome::Multipart(MpOutcome::Done))
@@ -376,7 +446,7 @@ pub(crate) fn relocate_part(
     let Some(raw) = round.get_raw(&pkey)? else {
         return Ok(Outcome::Relocated(false));
     };
-    let mut rec: PartRecord = decode(&raw)?;
+    let (mut rec, counted): (PartRecord, bool) = decode_counted(&raw)?;
     if (rec.loc.segment, rec.loc.offset) != from {
         return Ok(Outcome::Relocated(false));
     }
@@ -385,7 +455,12 @@ pub(crate) fn relocate_part(
     rec.loc.offset = to.offset;
     rec.loc.record_len = to.record_len;
     round.segment_delta(&part_loc_data(&rec.loc), 1);
-    round.set(pkey, Some(encode(&rec)));
+    // Keep the row's format: an uncounted (older) part must stay uncounted.
+    let mut row = encode(&rec);
+    if !counted {
+        row[0] = FORMAT_V1;
+    }
+    round.set(pkey, Some(row));
     Ok(Outcome::Relocated(true))
 }
 

@@ -4,6 +4,13 @@
 //! (`index/` and `volumes/`), so it can later be moved to another node as a
 //! unit. Reads go straight to the index; every mutation goes through the
 //! partition's commit thread ([`crate::commit`]).
+//!
+//! Writes that grow the store are admitted against the data directory's
+//! free-space reserve ([`crate::space`]) before they receive a byte: a PUT
+//! or part by its declared length, then charged as its body streams in;
+//! metadata-only growth (tags, metadata, upload creation and completion) at
+//! [`Partition::submit`]. Deletes, aborts and compaction's relocations are
+//! never refused, so space can always be freed.
 
 use crate::commit::{self, Op, Outcome, Request, WriteCond};
 use crate::error::{StoreError, StoreResult};
@@ -12,6 +19,7 @@ use crate::index::{Engine, MetaIndex, open_index};
 use crate::record::{
     DataLoc, ObjectInfo, ObjectMeta, PartLoc, StoredObject, Tag, Usage, object_key, usage_key,
 };
+use crate::space::Space;
 use crate::store::{BodyStream, GetRange, PutOptions, StoreConfig};
 use crate::volume::{RangeReader, RecordWriter, SegmentWriter, VolumeSet};
 use bytes::Bytes;
@@ -32,6 +40,11 @@ pub struct Partition {
     tx: Mutex<Option<Sender<Request>>>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     inline_max: u64,
+    /// Free space of the data directory (shared by every partition).
+    space: Arc<Space>,
+    /// The store's bucket liveness gate, entered by commits that add to a
+    /// bucket ([`crate::gate`]).
+    gate: Arc<crate::gate::BucketGate>,
 }
 
 /// Milliseconds since the Unix epoch, now.
@@ -58,6 +71,8 @@ impl Partition {
         id: PartitionId,
         engine: Engine,
         cfg: &StoreConfig,
+        space: Arc<Space>,
+        gate: Arc<crate::gate::BucketGate>,
     ) -> StoreResult<Arc<Partition>> {
         let root = dir.join("partitions").join(id.to_string());
         let index_dir = root.join("index");
@@ -77,6 +92,8 @@ impl Partition {
             tx: Mutex::new(Some(tx)),
             thread: Mutex::new(Some(thread)),
             inline_max: cfg.inline_max,
+            space,
+            gate,
         }))
     }
 
@@ -95,8 +112,24 @@ impl Partition {
         &self.volumes
     }
 
+    /// Free space of the data directory.
+    pub fn space(&self) -> &Space {
+        &self.space
+    }
+
     /// Queue `op` on the commit thread and wait until it is durable.
+    /// An op that only grows metadata is refused below the disk reserve; one
+    /// whose data is already in a volume (`segments`) was admitted before
+    /// its body was received.
     pub async fn submit(&self, op: Op, segments: Vec<u64>) -> StoreResult<Outcome> {
+        if segments.is_empty() && grows(&op) {
+            self.space.admit(0)?;
+        }
+        // Held until the commit is durable: DeleteBucket waits for it.
+        let _alive = match crate::gate::adds_to(&op) {
+            Some(bucket) => Some(self.gate.enter(bucket).await?),
+            None => None,
+        };
         let (reply, rx) = oneshot::channel();
         {
             let tx = self.tx.lock();
@@ -156,6 +189,7 @@ impl Partition {
         body: BodyStream,
         cond: WriteCond,
     ) -> StoreResult<ObjectInfo> {
+        self.space.admit(opts.content_length.unwrap_or(0))?;
         let got = self.receive(bucket, key, &opts, body).await?;
         let record = StoredObject {
             size: got.size,
@@ -221,6 +255,7 @@ impl Partition {
         opts: &PutOptions,
         body: BodyStream,
     ) -> StoreResult<Received> {
+        self.space.admit(opts.content_length.unwrap_or(0))?;
         let flags = crate::volume::FLAG_PART;
         self.receive_to_volume(
             bucket,
@@ -246,7 +281,11 @@ impl Partition {
         body: BodyStream,
     ) -> StoreResult<Received> {
         let mut seg = self.volumes.take_writer()?;
-        let result = write_record(&mut seg, bucket, header_key, flags, opts, md5, head, body).await;
+        let target = Target {
+            seg: &mut seg,
+            space: &self.space,
+        };
+        let result = write_record(target, bucket, header_key, flags, opts, md5, head, body).await;
         let id = seg.id();
         self.volumes.release(seg);
         let (size, md5, data) = result?;
@@ -433,12 +472,36 @@ fn chunk_stream(readers: Vec<RangeReader>) -> BodyStream {
     ))
 }
 
+/// Whether `op` adds to what the index holds (refused below the reserve).
+/// A list of what grows, not of what shrinks: an op that frees space
+/// (deletes, aborts, forgetting completed uploads, relocations) must never
+/// be refused on a full disk, including ones added later.
+fn grows(op: &Op) -> bool {
+    use crate::multipart::MpOp;
+    match op {
+        Op::Put { .. } | Op::SetTags { .. } | Op::ReplaceMeta { .. } => true,
+        Op::Multipart(m) => matches!(
+            m,
+            MpOp::Create { .. } | MpOp::PutPart { .. } | MpOp::Complete { .. }
+        ),
+        _ => false,
+    }
+}
+
+/// Where a body goes: the lent segment, and the free space it is charged to.
+struct Target<'a> {
+    seg: &'a mut SegmentWriter,
+    space: &'a Space,
+}
+
 /// Append one record (the head already received, then the rest of the
 /// body) to `seg`, checking length and MD5 before the record is finished,
-/// so a refused body leaves nothing behind.
+/// so a refused body leaves nothing behind. Every chunk is charged to the
+/// free space, so a body without a declared length (or many admitted at
+/// once) stops before it eats the reserve.
 #[allow(clippy::too_many_arguments)]
 async fn write_record(
-    seg: &mut SegmentWriter,
+    Target { seg, space }: Target<'_>,
     bucket: BucketId,
     header_key: &[u8],
     flags: u8,
@@ -448,10 +511,12 @@ async fn write_record(
     mut body: BodyStream,
 ) -> StoreResult<(u64, [u8; 16], DataLoc)> {
     let mut rw = RecordWriter::begin_with_flags(seg, bucket, header_key, flags)?;
+    space.charge(head.len() as u64)?;
     rw.push(&head)?;
     while let Some(chunk) = body.next().await {
         let chunk = chunk.map_err(|e| StoreError::Body(e.to_string()))?;
         md5.update(&chunk);
+        space.charge(chunk.len() as u64)?;
         rw.push(&chunk)?;
         if opts.content_length.is_some_and(|n| rw.data_len() > n) {
             return Err(StoreError::Body(

@@ -30,6 +30,12 @@ pub const SEGMENT_TAG: u8 = b's';
 pub const UPLOAD_TAG: u8 = b'm';
 /// Key-space tag of uploaded parts: `'q' | upload id | part number (u32 BE)`.
 pub const PART_TAG: u8 = b'q';
+/// Key-space tag of per-bucket multipart counters (open uploads, bytes of
+/// their parts): `'p' | bucket`, one row per bucket per partition.
+pub const PENDING_TAG: u8 = b'p';
+/// Key-space tag of recently completed uploads (answers a repeated
+/// CompleteMultipartUpload): `'c' | upload id`.
+pub const COMPLETED_TAG: u8 = b'c';
 
 /// One object tag (key, value).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

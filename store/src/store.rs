@@ -31,13 +31,18 @@ pub struct StoreConfig {
     pub engine: Option<Engine>,
     /// Objects up to this size are stored inside their metadata record.
     pub inline_max: u64,
-    /// A volume segment is sealed once it grows past this many bytes.
+    /// A volume segment is sealed once it grows past this many bytes
+    /// (only sealed segments are compacted, so this bounds the space a
+    /// delete can leave unreclaimed in a busy open segment).
     pub segment_max: u64,
     /// Smallest size of a multipart part that is not the last (S3: 5 MiB).
     pub min_part_size: u64,
     /// Sync to disk before acknowledging writes (only benchmarks of the
     /// engines themselves ever turn this off).
     pub durable: bool,
+    /// Free space kept for deletes and compaction: writes that would go
+    /// below it are refused ([`crate::space`]).
+    pub disk_reserve: crate::space::DiskReserve,
 }
 
 impl Default for StoreConfig {
@@ -46,9 +51,10 @@ impl Default for StoreConfig {
             partitions: None,
             engine: None,
             inline_max: 16 * 1024,
-            segment_max: 1 << 30,
+            segment_max: 256 << 20,
             min_part_size: 5 << 20,
             durable: true,
+            disk_reserve: crate::space::DiskReserve::Auto,
         }
     }
 }
@@ -100,6 +106,13 @@ pub struct Store {
     pub(crate) min_part_size: u64,
     catalog: Catalog,
     partitions: Vec<Arc<Partition>>,
+    /// Free space of the data directory, shared with the partitions.
+    space: Arc<crate::space::Space>,
+    /// Held by a compaction pass (the periodic one, the low-space one, or
+    /// an explicit [`Store::compact`]).
+    compacting: tokio::sync::Mutex<()>,
+    /// Keeps writes from committing into deleted buckets.
+    gate: Arc<crate::gate::BucketGate>,
 }
 
 impl Store {
@@ -107,14 +120,29 @@ impl Store {
     pub fn open(dir: &Path, cfg: StoreConfig) -> StoreResult<Arc<Store>> {
         let layout = crate::layout::Layout::open_or_create(dir, &cfg)?;
         let catalog = Catalog::open(dir, layout.engine)?;
+        let space = Arc::new(crate::space::Space::open(dir, cfg.disk_reserve)?);
+        let cfg = StoreConfig {
+            segment_max: space.segment_cap(cfg.segment_max),
+            ..cfg
+        };
+        let gate = Arc::new(crate::gate::BucketGate::default());
         // Partitions open in parallel: an LSM engine replays its journal on
         // open, and a restart should cost one replay, not one per partition.
         let partitions = std::thread::scope(|scope| {
             let handles: Vec<_> = (0..layout.partitions)
                 .map(|p| {
                     let cfg = &cfg;
+                    let space = Arc::clone(&space);
+                    let gate = Arc::clone(&gate);
                     scope.spawn(move || {
-                        Partition::open(dir, crate::ids::PartitionId(p), layout.engine, cfg)
+                        Partition::open(
+                            dir,
+                            crate::ids::PartitionId(p),
+                            layout.engine,
+                            cfg,
+                            space,
+                            gate,
+                        )
                     })
                 })
                 .collect();
@@ -132,12 +160,20 @@ impl Store {
             min_part_size: cfg.min_part_size,
             catalog,
             partitions,
+            space,
+            compacting: tokio::sync::Mutex::new(()),
+            gate,
         }))
     }
 
     /// The data directory.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// Free space of the data directory and its reserve.
+    pub fn space(&self) -> &crate::space::Space {
+        &self.space
     }
 
     /// Number of partitions.
@@ -164,6 +200,7 @@ impl Store {
         name: &str,
         region: &str,
     ) -> StoreResult<BucketInfo> {
+        self.space.admit(0)?;
         self.catalog.create(tenant, name, region)
     }
 
@@ -179,14 +216,19 @@ impl Store {
         self.catalog.list(tenant)
     }
 
-    /// Delete an empty bucket (BucketNotEmpty otherwise).
+    /// Delete an empty bucket (BucketNotEmpty otherwise). Atomic with
+    /// respect to writes into it ([`crate::gate`]): a write racing the
+    /// delete either commits first (BucketNotEmpty) or fails NoSuchBucket.
     pub async fn delete_bucket(&self, tenant: &TenantId, name: &str) -> StoreResult<()> {
         let b = self.bucket(tenant, name)?;
+        let _exclusive = self.gate.exclusive(b.id).await;
         let usage = self.bucket_usage(b.id)?;
         if usage.objects != 0 {
             return Err(StoreError::BucketNotEmpty);
         }
-        self.catalog.delete(tenant, name)
+        self.catalog.delete(tenant, name)?;
+        self.gate.bury(b.id);
+        Ok(())
     }
 
     /// Replace (Some) or remove (None) a bucket's tag set.
@@ -196,6 +238,7 @@ impl Store {
         name: &str,
         tags: Vec<Tag>,
     ) -> StoreResult<()> {
+        self.space.admit(0)?;
         self.catalog.set_tags(tenant, name, tags)
     }
 
@@ -314,6 +357,9 @@ impl Store {
         min_garbage: f64,
         seal_idle: bool,
     ) -> StoreResult<CompactionReport> {
+        // One pass at a time: two passes over one segment would both copy
+        // its records and both try to delete it.
+        let _one = self.compacting.lock().await;
         let mut total = CompactionReport::default();
         for p in &self.partitions {
             let r = crate::compaction::compact_partition(p, min_garbage, seal_idle).await?;
@@ -324,15 +370,48 @@ impl Store {
         Ok(total)
     }
 
+    /// Every [`crate::compaction::LOW_SPACE_EVERY`], in the background, while
+    /// free space is under twice the reserve: seal idle segments and compact
+    /// those with a quarter garbage, so deletes on a full disk free space.
+    /// A failing partition does not keep the others from being compacted.
+    fn start_low_space_compactor(self: &Arc<Self>) {
+        let store = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(crate::compaction::LOW_SPACE_EVERY);
+            loop {
+                tick.tick().await;
+                let Some(store) = store.upgrade() else { return };
+                if !store.space.is_low() {
+                    continue;
+                }
+                let _one = store.compacting.lock().await;
+                for p in &store.partitions {
+                    let min = crate::compaction::LOW_SPACE_MIN_GARBAGE;
+                    match crate::compaction::compact_partition(p, min, true).await {
+                        Ok(r) if r.segments > 0 => tracing::info!(partition = %p.id(),
+                            segments = r.segments, freed = r.bytes_freed, "low-space compaction"),
+                        Ok(_) => {}
+                        Err(StoreError::ShuttingDown) => return,
+                        Err(e) => tracing::warn!(partition = %p.id(), error = %e,
+                            "low-space compaction failed"),
+                    }
+                }
+            }
+        });
+    }
+
     /// Every `every`, in the background: abort multipart uploads older than
-    /// `upload_max_age`, then [`Store::compact`] sealed segments (so writes in
-    /// progress are never disturbed). The task ends when the store shuts down.
+    /// `upload_max_age`, forget completed uploads older than that or a day
+    /// (whichever is shorter), then [`Store::compact`] sealed segments (so
+    /// writes in progress are never disturbed). The task ends when the
+    /// store shuts down.
     pub fn start_compactor(
         self: &Arc<Self>,
         every: std::time::Duration,
         min_garbage: f64,
         upload_max_age: std::time::Duration,
     ) {
+        self.start_low_space_compactor();
         let store = Arc::downgrade(self);
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(every);
@@ -349,6 +428,16 @@ impl Store {
                     Ok(n) => tracing::info!(uploads = n, "aborted stale multipart uploads"),
                     Err(StoreError::ShuttingDown) => return,
                     Err(e) => tracing::warn!(error = %e, "aborting stale uploads failed"),
+                }
+                let ttl = upload_max_age.min(crate::multipart::completed::COMPLETED_TTL);
+                let ttl = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+                match store
+                    .forget_completed(crate::partition::now_ms().saturating_sub(ttl))
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(StoreError::ShuttingDown) => return,
+                    Err(e) => tracing::warn!(error = %e, "forgetting completed uploads failed"),
                 }
                 match store.compact(min_garbage, false).await {
                     Ok(r) if r.segments > 0 => tracing::info!(

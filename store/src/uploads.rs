@@ -3,9 +3,10 @@
 
 use crate::commit::{Outcome, WriteCond};
 use crate::error::{StoreError, StoreResult};
+use crate::ids::BucketId;
 use crate::multipart::{
-    self, Combiner, ListedPart, MAX_PARTS, MpOp, MpOutcome, PartInfo, PartRecord, UploadChecksum,
-    UploadRecord,
+    self, Combiner, ListedPart, MAX_PARTS, MpOp, MpOutcome, PartInfo, PartRecord, Pending,
+    UploadChecksum, UploadRecord,
 };
 use crate::partition::now_ms;
 use crate::record::{DataLoc, ObjectInfo, ObjectMeta, PartLoc, StoredObject, Tag, etag};
@@ -194,11 +195,68 @@ impl Store {
                 .await?,
         )? {
             MpOutcome::Completed(rec) => Ok(rec.info(key)),
+            MpOutcome::Repeated(info) => Ok(info),
             MpOutcome::Done => Err(StoreError::Engine("completion returned no object".into())),
         }
     }
 
-    /// Abort an upload; its parts' space is reclaimed by compaction.
+    /// The answer to a CompleteMultipartUpload of an upload that is gone:
+    /// the first completion's (ETag, size, checksum) when this one repeats
+    /// it (same bucket, key and part list) and it completed recently;
+    /// NoSuchUpload otherwise. Reads only: nothing is written or counted.
+    pub fn repeated_completion(
+        &self,
+        bucket: &BucketInfo,
+        key: &str,
+        upload_id: &str,
+        parts: &[ListedPart],
+    ) -> StoreResult<ObjectInfo> {
+        let upload = multipart::parse_upload_id(upload_id)?;
+        let raw = self
+            .partition_of(bucket.id, key)
+            .index()
+            .get(&multipart::completed::completed_key(&upload))?
+            .ok_or(StoreError::NoSuchUpload)?;
+        let rec: multipart::completed::Completed = multipart::decode(&raw)?;
+        rec.answer(bucket.id, key, parts)
+    }
+
+    /// The size of part `number` of an upload, if it has been uploaded
+    /// (what a re-upload of that number replaces).
+    pub fn part_size(
+        &self,
+        bucket: &BucketInfo,
+        key: &str,
+        upload_id: &str,
+        number: u32,
+    ) -> StoreResult<Option<u64>> {
+        let upload = multipart::parse_upload_id(upload_id)?;
+        let raw = self
+            .partition_of(bucket.id, key)
+            .index()
+            .get(&multipart::part_key(&upload, number))?;
+        raw.map(|v| multipart::decode::<PartRecord>(&v).map(|r| r.size))
+            .transpose()
+    }
+
+    /// Open uploads of a bucket and the bytes of their parts (summed over
+    /// partitions; exact, since the counters change in the same batch as
+    /// the upload and part rows).
+    pub fn bucket_pending(&self, bucket: BucketId) -> StoreResult<Pending> {
+        let mut total = Pending::default();
+        for p in self.partitions() {
+            let key = multipart::counters::pending_key(bucket);
+            if let Some(v) = p.index().get(&key)? {
+                let got = Pending::decode(&v)?;
+                total.uploads += got.uploads;
+                total.part_bytes += got.part_bytes;
+            }
+        }
+        Ok(total)
+    }
+
+    /// Abort an upload; its parts stop counting at once, and their space is
+    /// reclaimed by compaction.
     pub async fn abort_multipart_upload(
         &self,
         bucket: &BucketInfo,

@@ -47,6 +47,10 @@ pub struct Limits {
     pub max_requests_per_sec: Option<u64>,
     /// Most body bytes per second.
     pub max_bytes_per_sec: Option<u64>,
+    /// Most multipart uploads in progress at once. Unlike the others,
+    /// `None` is not unlimited but the gateway's default (10,000).
+    #[serde(default)]
+    pub max_open_uploads: Option<u64>,
 }
 
 /// A tenant.
@@ -138,6 +142,9 @@ pub struct TenantPatch {
     /// New byte-rate cap (`null`: none).
     #[serde(default, deserialize_with = "present")]
     pub max_bytes_per_sec: Option<Option<u64>>,
+    /// New cap on open multipart uploads (`null`: the default).
+    #[serde(default, deserialize_with = "present")]
+    pub max_open_uploads: Option<Option<u64>>,
 }
 
 /// A field that is present (possibly `null`) becomes `Some(..)`.
@@ -163,6 +170,7 @@ impl TenantPatch {
         set(&mut l.quota_objects, self.quota_objects);
         set(&mut l.max_requests_per_sec, self.max_requests_per_sec);
         set(&mut l.max_bytes_per_sec, self.max_bytes_per_sec);
+        set(&mut l.max_open_uploads, self.max_open_uploads);
     }
 }
 
@@ -240,6 +248,7 @@ pub fn validate_limits(l: &Limits) -> Result<(), TenancyError> {
         ("quota_objects", l.quota_objects),
         ("max_requests_per_sec", l.max_requests_per_sec),
         ("max_bytes_per_sec", l.max_bytes_per_sec),
+        ("max_open_uploads", l.max_open_uploads),
     ];
     match fields.iter().find(|(_, v)| *v == Some(0)) {
         Some((name, _)) => Err(TenancyError::Invalid(format!(

@@ -12,7 +12,7 @@
 
 use crate::auth::KeyCache;
 use crate::lanes::LaneState;
-use crate::quota::tenant_usage;
+use crate::quota::tenant_totals;
 use laneway_store::{ListEntry, ListQuery, Resume, Store, TenantId};
 use laneway_tenancy::{
     KeyAccess, KeyInfo, KeySpec, Limits, NewKey, Registry, TenancyError, Tenant, TenantPatch,
@@ -110,9 +110,32 @@ pub struct CreateTenantBody {
     quota_objects: Option<u64>,
     max_requests_per_sec: Option<u64>,
     max_bytes_per_sec: Option<u64>,
+    max_open_uploads: Option<u64>,
     #[serde(default)]
     access: KeyAccess,
     buckets: Option<Vec<String>>,
+}
+
+/// The registry's view of a create request (also what the fuzz targets
+/// validate, since the body's fields are private).
+impl From<CreateTenantBody> for TenantSpec {
+    fn from(b: CreateTenantBody) -> TenantSpec {
+        TenantSpec {
+            name: b.name,
+            weight: b.weight,
+            limits: Limits {
+                quota_bytes: b.quota_bytes,
+                quota_objects: b.quota_objects,
+                max_requests_per_sec: b.max_requests_per_sec,
+                max_bytes_per_sec: b.max_bytes_per_sec,
+                max_open_uploads: b.max_open_uploads,
+            },
+            key: KeySpec {
+                access: b.access,
+                buckets: b.buckets,
+            },
+        }
+    }
 }
 
 /// A key with its secret: only in create and rotate responses.
@@ -132,8 +155,9 @@ impl From<NewKey> for CreatedKey {
     }
 }
 
-/// Decode a JSON body (empty counts as `{}`).
-fn body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+/// Decode a JSON body (empty counts as `{}`). Public for the fuzz targets
+/// (fuzz/fuzz_targets/admin_json.rs), which feed it untrusted bytes.
+pub fn body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     let bytes: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
         b"{}"
     } else {
@@ -212,21 +236,7 @@ impl AdminState {
     }
 
     fn create_tenant(&self, b: CreateTenantBody) -> Result<(u16, Value), ApiError> {
-        let spec = TenantSpec {
-            name: b.name,
-            weight: b.weight,
-            limits: Limits {
-                quota_bytes: b.quota_bytes,
-                quota_objects: b.quota_objects,
-                max_requests_per_sec: b.max_requests_per_sec,
-                max_bytes_per_sec: b.max_bytes_per_sec,
-            },
-            key: KeySpec {
-                access: b.access,
-                buckets: b.buckets,
-            },
-        };
-        let (tenant, key) = self.registry.create_tenant(spec)?;
+        let (tenant, key) = self.registry.create_tenant(b.into())?;
         self.changed();
         tracing::info!(tenant = %tenant.id, name = %tenant.name, "tenant created");
         let out = json!({ "tenant": to_json(&tenant)?, "key": to_json(&CreatedKey::from(key))? });
@@ -239,16 +249,28 @@ impl AdminState {
         let mut buckets = Vec::new();
         for b in self.store.list_buckets(&id)? {
             let u = self.store.bucket_usage(b.id)?;
-            buckets.push(json!({ "name": b.name, "bytes": u.bytes, "objects": u.objects }));
+            let p = self.store.bucket_pending(b.id)?;
+            buckets.push(json!({
+                "name": b.name,
+                "bytes": u.bytes + p.part_bytes,
+                "objects": u.objects,
+                "multipart_bytes": p.part_bytes,
+                "open_uploads": p.uploads,
+            }));
         }
-        let (bytes, objects) = tenant_usage(&self.store, &id)?;
+        // Bytes count the parts of unfinished uploads: quotas count them.
+        let totals = tenant_totals(&self.store, &id)?;
         Ok(json!({
             "tenant": t.id,
             "name": t.name,
-            "bytes": bytes,
-            "objects": objects,
+            "bytes": totals.bytes,
+            "objects": totals.objects,
+            "multipart_bytes": totals.part_bytes,
+            "open_uploads": totals.uploads,
             "quota_bytes": t.limits.quota_bytes,
             "quota_objects": t.limits.quota_objects,
+            "max_open_uploads": t.limits.max_open_uploads
+                .unwrap_or(crate::quota::DEFAULT_MAX_OPEN_UPLOADS),
             "buckets": buckets,
         }))
     }

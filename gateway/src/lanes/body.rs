@@ -12,12 +12,15 @@
 //! so a request never holds its base units while waiting for body units
 //! (the hold-and-wait that `docs/qos.md` forbids). A small response body
 //! carries the permit to its end instead ([`Finish::holding`]): it is
-//! charged, not paced, so nothing waits while the permit is held.
+//! charged, not paced, so nothing waits while the permit is held. It is
+//! carried as a [`Lease`], so a client that does not read the response
+//! (hyper waiting on its socket, or an HTTP/2 window of 0) gives the
+//! units back after the lanes' `max_hold` instead of holding them.
 
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use http_body::{Frame, SizeHint};
-use laneway_qos::Permit;
+use laneway_qos::{Lease, Permit};
 use parking_lot::Mutex;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -49,7 +52,7 @@ pub enum Direction {
 pub struct Finish {
     series: Arc<OpSeries>,
     started: Instant,
-    permit: Option<Permit>,
+    permit: Option<Lease>,
 }
 
 impl Finish {
@@ -62,8 +65,9 @@ impl Finish {
         }
     }
 
-    /// Keeps `permit` until the response body is done.
-    pub fn holding(mut self, permit: Option<Permit>) -> Finish {
+    /// Keeps `permit` until the response body is done, or the lease
+    /// expires (the client is not reading).
+    pub fn holding(mut self, permit: Option<Lease>) -> Finish {
         self.permit = permit;
         self
     }

@@ -2,10 +2,12 @@
 //! S3 request through the lanes, so the handlers know nothing of them.
 //!
 //! Per request:
-//! 1. name the operation ([`super::op`]) and the tenant: the claimed
+//! 1. name the operation ([`super::op`]) and the lane: the claimed
 //!    access key ([`super::key`]) resolved through the cached registry
-//!    ([`KeyCache`]); no key, or an unknown one, is the shared
-//!    [`ANONYMOUS`] lane (s3s refuses those requests later anyway);
+//!    ([`KeyCache`]) picks its tenant's lane only if the connection has
+//!    already proved that key ([`ConnTrust`]); anything else (no key, an
+//!    unknown or unproved one) goes to the unproved lane of the client's
+//!    address, counted as [`ANONYMOUS`] in the metrics;
 //! 2. admit the base cost ([`Lanes::admit`]); a refusal is answered
 //!    `503 SlowDown` at once and nothing reaches s3s or the store;
 //! 3. call s3s with the request body; the permit is held while s3s and
@@ -21,15 +23,17 @@
 //! ([`Lanes::charge`]); a larger one is paced chunk by chunk through the
 //! lane. A small *response* body is carried under the request's permit,
 //! so for a small GET the permit covers the request's whole life, which
-//! is where its (CPU) work is. A request body drops the permit when it is
+//! is where its (CPU) work is, but as a lease ([`Lanes::lease`]): a
+//! client that does not read its response gives the units back after the
+//! lanes' `max_hold`, since waiting on a client is not work. A request body drops the permit when it is
 //! first read: an upload's commit waits for the disk, and holding
 //! capacity through it would cap the store's group commits. A paced body
 //! always drops the permit before its first chunk waits for a grant (no
 //! hold-and-wait, see [`super::body`]).
 //!
-//! The claimed key is trusted for accounting before its signature is
-//! checked: a forger can charge a victim's lane one base cost plus the
-//! bytes it actually sends before s3s refuses it.
+//! A claimed key is never trusted before its connection proved it, so a
+//! forger who knows a victim's key id queues in its own unproved lane,
+//! not the victim's (see [`super::trust`]).
 
 use futures::StreamExt;
 use http::Request;
@@ -43,6 +47,7 @@ use std::time::Instant;
 
 use super::body::{ByteStream, Direction, Finish, HeldPermit, PacedBody};
 use super::meter::LaneMeter;
+use super::trust::ConnTrust;
 use super::{ANONYMOUS, LaneState, key, op, slowdown};
 use crate::auth::KeyCache;
 use crate::metrics::OpSeries;
@@ -56,6 +61,8 @@ pub struct LaneGate {
 
 /// Who a request is and what it asks for.
 struct Caller {
+    /// The lane it is scheduled in: its tenant's once proved, else an
+    /// unproved lane.
     tenant: TenantKey,
     series: Arc<OpSeries>,
     started: Instant,
@@ -119,13 +126,26 @@ impl LaneGate {
         let started = Instant::now();
         let uri = req.uri();
         let op = op::classify(req.method(), uri.path(), uri.query(), req.headers());
-        let tenant = key::claimed_access_key(req.headers(), uri.query())
-            .and_then(|k| self.keys.get(&k))
-            .map_or_else(
-                || TenantKey::from(ANONYMOUS),
-                |g| TenantKey::from(g.tenant.id.as_str()),
-            );
-        let series = self.state.metrics().series(&tenant, op);
+        let trust = req.extensions().get::<Arc<ConnTrust>>();
+        let claimed = key::claimed_access_key(req.headers(), uri.query());
+        let grant = claimed.as_deref().and_then(|k| self.keys.get(k));
+        // Metrics name the tenant a request claims (a forgery shows as
+        // that tenant's signature error); the lane is the tenant's only
+        // once the connection proved the key.
+        let label = grant.as_ref().map_or_else(
+            || TenantKey::from(ANONYMOUS),
+            |g| TenantKey::from(g.tenant.id.as_str()),
+        );
+        let proved = claimed
+            .as_deref()
+            .is_some_and(|k| trust.is_some_and(|t| t.has_proved(k)));
+        let tenant = match (&grant, proved) {
+            (Some(_), true) => label.clone(),
+            _ => TenantKey::from(
+                trust.map_or_else(|| super::trust::unproved_lane(0), |t| t.unproved_lane()),
+            ),
+        };
+        let series = self.state.metrics().series(&label, op);
         series.request();
         Caller {
             tenant,
@@ -196,7 +216,8 @@ impl LaneGate {
         let len = hint.exact().or_else(|| content_length(&parts.headers));
         let finish = Finish::new(Arc::clone(&caller.series), caller.started);
         let (stream, finish) = if small_body(len, self.chunk_bytes()) {
-            (self.charged(&caller.tenant, body), finish.holding(permit))
+            let lease = permit.map(|p| self.state.lanes().lease(p));
+            (self.charged(&caller.tenant, body), finish.holding(lease))
         } else {
             drop(permit);
             (self.paced(&caller.tenant, body), finish)

@@ -6,7 +6,8 @@
 //!   tenant weights and caps applied from tenancy ([`sync`]), and the
 //!   `/metrics` text the admin listener serves.
 //! - [`gate`]: [`LaneGate`], the layer `serve` puts in front of s3s.
-//! - [`key`]: the access key a request claims; [`op`]: its S3 operation.
+//! - [`key`]: the access key a request claims; [`trust`]: whether its
+//!   connection proved it; [`op`]: its S3 operation.
 //! - [`body`]: paced, counted bodies; [`slowdown`]: the 503 answer.
 //! - [`meter`]: pacing of bytes copied inside the store.
 //!
@@ -19,6 +20,7 @@ pub mod meter;
 pub mod op;
 pub mod slowdown;
 pub mod sync;
+pub mod trust;
 
 pub use gate::LaneGate;
 
@@ -29,7 +31,8 @@ use std::sync::Arc;
 
 use crate::metrics::{self, Metrics};
 
-/// The lane of requests that claim no known access key.
+/// The metrics label of requests on unproved connections (their lanes
+/// are `anonymous/N`, see [`trust`]).
 pub const ANONYMOUS: &str = "anonymous";
 
 /// The lanes of one gateway process and what they export.

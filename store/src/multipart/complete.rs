@@ -5,6 +5,12 @@
 //! precondition on the existing object is checked, and the object record is
 //! written with a manifest of the parts' locations: no part data moves.
 //!
+//! The parts' bytes become the object's: the bucket's pending part bytes
+//! drop by every stored part (those left out of the list are freed), and
+//! the object is counted as objects are. A record of the answer is kept
+//! ([`super::completed`]) so a retry of this completion, arriving after
+//! the upload is gone, gets the same answer without writing anything.
+//!
 //! The object's flexible checksum is derived from the parts' checksums by a
 //! [`Combiner`] the caller supplies: how S3 composes checksums (COMPOSITE
 //! hashes of hashes, FULL_OBJECT CRC combination) is protocol knowledge
@@ -12,9 +18,10 @@
 //! exactly the part records the object is made of, read in the same
 //! transaction that writes the object.
 
+use super::completed::{Completed, completed_key};
 use super::{
-    MpOutcome, PartRecord, UploadChecksum, UploadRecord, part_key, part_loc_data, part_rows,
-    require_upload, upload_key,
+    MpOutcome, PartRecord, UploadChecksum, UploadRecord, decode, drop_upload, encode, part_rows,
+    require_upload,
 };
 use crate::commit::{Outcome, Round, WriteCond};
 use crate::error::{StoreError, StoreResult};
@@ -137,10 +144,26 @@ fn part_checksums(object: Option<&Checksum>, recs: &[&PartRecord]) -> Vec<String
     }
 }
 
+/// The answer to a completion of an upload that is gone: the first
+/// completion's, when this repeats it; NoSuchUpload otherwise.
+fn repeated(round: &Round<'_>, c: &Completion<'_>) -> StoreResult<Outcome> {
+    let raw = round
+        .get_raw(&completed_key(&c.upload))?
+        .ok_or(StoreError::NoSuchUpload)?;
+    let rec: Completed = decode(&raw)?;
+    let info = rec.answer(c.bucket, c.key, c.parts)?;
+    Ok(Outcome::Multipart(MpOutcome::Repeated(info)))
+}
+
 /// Complete the upload into an object.
 pub(crate) fn complete(round: &mut Round<'_>, c: Completion<'_>) -> StoreResult<Outcome> {
-    let up = require_upload(round, c.bucket, c.key, &c.upload)?;
-    let stored: BTreeMap<u32, PartRecord> = part_rows(round, &c.upload)?.into_iter().collect();
+    let (up, counted) = match require_upload(round, c.bucket, c.key, &c.upload) {
+        Err(StoreError::NoSuchUpload) => return repeated(round, &c),
+        other => other?,
+    };
+    let rows = part_rows(round, &c.upload)?;
+    let stored: BTreeMap<u32, PartRecord> =
+        rows.iter().map(|(n, rec, _)| (*n, rec.clone())).collect();
     validate(&stored, c.parts, c.min_part_size)?;
     let okey = object_key(c.bucket, c.key.as_bytes());
     let old = round.current(&okey)?;
@@ -164,14 +187,13 @@ pub(crate) fn complete(round: &mut Round<'_>, c: Completion<'_>) -> StoreResult<
         data: DataLoc::Parts(locs),
         part_checksums,
     };
-    // Every stored part stops counting as a pending part; account() then
-    // counts the ones the object keeps.
-    for (n, rec) in &stored {
-        round.segment_delta(&part_loc_data(&rec.loc), -1);
-        round.set(part_key(&c.upload, *n), None);
-    }
+    // Every stored part stops counting as a pending part (segment bytes
+    // and the bucket's part bytes); account() then counts what the object
+    // keeps, as object bytes.
+    drop_upload(round, c.bucket, c.key, &c.upload, counted, &rows)?;
     round.account(c.bucket, old.as_ref(), Some(&object));
-    round.set(upload_key(c.bucket, c.key, &c.upload), None);
+    let done = Completed::of(c.bucket, c.key, c.parts, &object);
+    round.set(completed_key(&c.upload), Some(encode(&done)));
     round.set(okey, Some(object.encode()));
     Ok(Outcome::Multipart(MpOutcome::Completed(object)))
 }

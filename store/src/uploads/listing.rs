@@ -1,16 +1,34 @@
-//! ListMultipartUploads and the stale-upload sweep: scans of the upload
-//! rows of every partition.
+//! ListMultipartUploads and the background sweep of uploads: scans of the
+//! upload rows of every partition.
 //!
 //! Upload rows are keyed `'m' · bucket · key · 0x00 · upload id`, so one
-//! bucket's uploads under a prefix are a range scan per partition; the
-//! partitions' results are merged in (key, upload id) order, the order S3
-//! lists them in, and rolled up at the delimiter like ListObjects.
+//! bucket's uploads under a prefix are a range scan per partition. A page
+//! is a merge of one cursor per partition in (key, upload id) order, the
+//! order S3 lists them in, rolled up at the delimiter like ListObjects.
+//! Memory and reads are bounded by the page, not the bucket: each cursor
+//! seeks straight to the markers, reads small batches (about its share of
+//! the page) and refills only when the merge drains it; a rolled-up prefix
+//! makes the cursor seek past every key under it; the merge stops at
+//! max-uploads + 1 entries. A common prefix sorts where it starts, so a
+//! key marker at or past it (a page that ended with the prefix names it as
+//! NextKeyMarker) skips it.
+//!
+//! The sweep (stale uploads, records of completed uploads) also reads in
+//! bounded chunks, acting on each chunk before reading the next.
 
 use crate::error::{StoreError, StoreResult};
+use crate::ids::BucketId;
+use crate::list::prefix_successor;
+use crate::multipart::completed::{Completed, completed_key, upload_of_key};
 use crate::multipart::{self, MpOp, UploadInfo, UploadRecord};
 use crate::partition::Partition;
+use crate::record::{COMPLETED_TAG, UPLOAD_TAG};
 use crate::store::{BucketInfo, Store};
+use std::collections::VecDeque;
 use std::sync::Arc;
+
+/// Rows read per index scan of the sweep.
+const SWEEP_CHUNK: usize = 1000;
 
 /// One entry of a ListMultipartUploads page.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -45,6 +63,135 @@ pub struct UploadPage {
     pub truncated: bool,
 }
 
+/// One partition's uploads of the listed range, read in small batches.
+struct Cursor<'p> {
+    part: &'p Partition,
+    /// Next index key to read from.
+    from: Vec<u8>,
+    end: Vec<u8>,
+    batch: usize,
+    buf: VecDeque<(Vec<u8>, UploadInfo)>,
+    exhausted: bool,
+}
+
+impl<'p> Cursor<'p> {
+    /// The next upload (index key, info), reading a batch when drained.
+    fn peek(&mut self) -> StoreResult<Option<&(Vec<u8>, UploadInfo)>> {
+        if self.buf.is_empty() && !self.exhausted {
+            let rows = self.part.index().scan(&self.from, &self.end, self.batch)?;
+            self.exhausted = rows.len() < self.batch;
+            if let Some((k, _)) = rows.last() {
+                self.from = k.clone();
+                self.from.push(0);
+            }
+            for (k, v) in rows {
+                if let Some(info) = decode_row(&k, &v)? {
+                    self.buf.push_back((k, info));
+                }
+            }
+        }
+        Ok(self.buf.front())
+    }
+
+    /// Skip every upload whose index key is below `to` (past a prefix).
+    fn skip_to(&mut self, to: &[u8]) {
+        while self.buf.front().is_some_and(|(k, _)| k.as_slice() < to) {
+            self.buf.pop_front();
+        }
+        if self.buf.is_empty() && self.from.as_slice() < to {
+            self.from = to.to_vec();
+        }
+    }
+}
+
+/// An upload row as a listed upload (None for a row of another shape).
+fn decode_row(k: &[u8], v: &[u8]) -> StoreResult<Option<UploadInfo>> {
+    let Some((_, key, id)) = split_upload_key(k) else {
+        return Ok(None);
+    };
+    let rec: UploadRecord = multipart::decode(v)?;
+    Ok(Some(UploadInfo {
+        key: String::from_utf8_lossy(key).into_owned(),
+        upload_id: multipart::format_upload_id(&id),
+        created_ms: rec.created_ms,
+        checksum: rec.checksum,
+    }))
+}
+
+/// `'m' · bucket · key · 0x00 · id` into (bucket, key, id).
+fn split_upload_key(k: &[u8]) -> Option<(BucketId, &[u8], [u8; 16])> {
+    if k.len() < 1 + 8 + 17 {
+        return None;
+    }
+    let bucket = BucketId(u64::from_be_bytes(k.get(1..9)?.try_into().ok()?));
+    let (key, id) = k[9..].split_at(k.len() - 9 - 17);
+    Some((bucket, key, id.get(1..)?.try_into().ok()?))
+}
+
+/// The first index key a listing can start at: the prefix, or just past
+/// the markers when they are further.
+fn start_key(bucket: BucketId, q: &UploadQuery) -> Vec<u8> {
+    let from_prefix = multipart::upload_prefix(bucket, &q.prefix);
+    let from_marker = q.key_marker.as_deref().map(|k| {
+        let id = q
+            .upload_id_marker
+            .as_deref()
+            .and_then(|id| multipart::parse_upload_id(id).ok());
+        match id {
+            // Just past that upload of the key.
+            Some(id) => {
+                let mut s = multipart::upload_key(bucket, k, &id);
+                s.push(0);
+                s
+            }
+            // Uploads of the key itself sort below `key · 0x01`; with an
+            // unparsable id marker, start at the key and let `after` decide.
+            None if q.upload_id_marker.is_some() => multipart::upload_prefix(bucket, k),
+            None => {
+                let mut s = multipart::upload_prefix(bucket, k);
+                s.push(1);
+                s
+            }
+        }
+    });
+    match from_marker {
+        Some(m) if m > from_prefix => m,
+        _ => from_prefix,
+    }
+}
+
+/// Whether `u` comes after the request's markers (S3's rule; the seek
+/// already skips almost everything before them).
+fn after(q: &UploadQuery, u: &UploadInfo) -> bool {
+    match (&q.key_marker, &q.upload_id_marker) {
+        (None, _) => true,
+        (Some(k), None) => u.key.as_str() > k.as_str(),
+        (Some(k), Some(id)) => (u.key.as_str(), u.upload_id.as_str()) > (k.as_str(), id.as_str()),
+    }
+}
+
+/// The common prefix `key` rolls up into, if any.
+fn rolled_up(q: &UploadQuery, key: &str) -> Option<String> {
+    let d = q.delimiter.as_deref().filter(|d| !d.is_empty())?;
+    let rest = key.get(q.prefix.len()..)?;
+    rest.find(d)
+        .map(|i| key[..q.prefix.len() + i + d.len()].to_string())
+}
+
+/// Index of the cursor holding the smallest (key, upload id), if any.
+fn smallest(cursors: &mut [Cursor<'_>]) -> StoreResult<Option<usize>> {
+    let mut best: Option<(usize, (String, String))> = None;
+    for (i, c) in cursors.iter_mut().enumerate() {
+        if let Some((_, u)) = c.peek()? {
+            let k = (u.key.clone(), u.upload_id.clone());
+            if best.as_ref().is_none_or(|(_, b)| k < *b) {
+                best = Some((i, k));
+            }
+        }
+    }
+    Ok(best.map(|(i, _)| i))
+}
+
 impl Store {
     /// One page of the bucket's uploads in progress, merged over partitions.
     pub fn list_multipart_uploads(
@@ -52,35 +199,50 @@ impl Store {
         bucket: &BucketInfo,
         q: &UploadQuery,
     ) -> StoreResult<UploadPage> {
-        let mut all = Vec::new();
-        for p in self.partitions() {
-            all.extend(uploads_of(p, bucket, &q.prefix)?);
-        }
-        all.sort_by(|a, b| (&a.key, &a.upload_id).cmp(&(&b.key, &b.upload_id)));
-        let after = |u: &UploadInfo| match (&q.key_marker, &q.upload_id_marker) {
-            (None, _) => true,
-            (Some(k), None) => u.key.as_str() > k.as_str(),
-            (Some(k), Some(id)) => {
-                (u.key.as_str(), u.upload_id.as_str()) > (k.as_str(), id.as_str())
-            }
-        };
+        let start = start_key(bucket.id, q);
+        let end =
+            prefix_successor(&multipart::upload_prefix(bucket.id, &q.prefix)).unwrap_or_default();
+        let parts = self.partitions().len().max(1);
+        // About each partition's share of the page, plus one to see past it.
+        let batch = (q.max_uploads + 1).div_ceil(parts).clamp(2, 1001);
+        let mut cursors: Vec<Cursor<'_>> = self
+            .partitions()
+            .iter()
+            .map(|p| Cursor {
+                part: p,
+                from: start.clone(),
+                end: end.clone(),
+                batch,
+                buf: VecDeque::new(),
+                exhausted: false,
+            })
+            .collect();
         let mut page = UploadPage::default();
-        for u in all.into_iter().filter(after) {
-            let rolled = q
-                .delimiter
-                .as_deref()
-                .filter(|d| !d.is_empty())
-                .and_then(|d| {
-                    u.key[q.prefix.len()..]
-                        .find(d)
-                        .map(|i| u.key[..q.prefix.len() + i + d.len()].to_string())
-                });
-            let entry = match rolled {
-                Some(cp) => UploadEntry::Prefix(cp),
+        while let Some(i) = smallest(&mut cursors)? {
+            let Some((_, u)) = cursors[i].buf.pop_front() else {
+                break;
+            };
+            if !after(q, &u) {
+                continue;
+            }
+            let entry = match rolled_up(q, &u.key) {
+                Some(cp) => {
+                    // Nothing under this prefix can be listed again: seek
+                    // past it in this partition.
+                    let past = prefix_successor(&multipart::upload_prefix(bucket.id, &cp));
+                    cursors[i].skip_to(&past.unwrap_or_else(|| end.clone()));
+                    if q.key_marker.as_deref().is_some_and(|k| cp.as_str() <= k) {
+                        // A prefix sorts where it starts: at or before the
+                        // marker it was listed already (a truncated page
+                        // ending in a prefix names it as NextKeyMarker).
+                        continue;
+                    }
+                    UploadEntry::Prefix(cp)
+                }
                 None => UploadEntry::Upload(u),
             };
             if matches!(entry, UploadEntry::Prefix(_)) && page.entries.last() == Some(&entry) {
-                continue; // further uploads under a prefix already listed
+                continue; // the same prefix, from another partition
             }
             if page.entries.len() == q.max_uploads {
                 page.truncated = true;
@@ -91,21 +253,61 @@ impl Store {
         Ok(page)
     }
 
-    /// Abort every upload created before `cutoff_ms`; how many.
+    /// Abort every upload created before `cutoff_ms`; how many. Their
+    /// parts stop counting in the bucket's usage in the same batch.
     pub async fn abort_stale_uploads(&self, cutoff_ms: i64) -> StoreResult<u64> {
         let mut n = 0;
         for p in self.partitions() {
-            for (bucket, key, upload, created_ms) in all_uploads(p)? {
-                if created_ms < cutoff_ms {
-                    let op = MpOp::Abort {
-                        bucket,
-                        key,
-                        upload,
-                    };
-                    match p.submit(multipart::op(op), Vec::new()).await {
-                        Ok(_) | Err(StoreError::NoSuchUpload) => n += 1,
-                        Err(e) => return Err(e),
+            let mut from = vec![UPLOAD_TAG];
+            let end = vec![UPLOAD_TAG + 1];
+            loop {
+                let rows = p.index().scan(&from, &end, SWEEP_CHUNK)?;
+                let full = rows.len() == SWEEP_CHUNK;
+                if let Some((k, _)) = rows.last() {
+                    from = k.clone();
+                    from.push(0);
+                }
+                n += abort_older(p, &rows, cutoff_ms).await?;
+                if !full {
+                    break;
+                }
+            }
+        }
+        Ok(n)
+    }
+
+    /// Forget the records of uploads completed before `cutoff_ms` (they
+    /// answer repeated completions); how many.
+    pub async fn forget_completed(&self, cutoff_ms: i64) -> StoreResult<u64> {
+        let mut n = 0;
+        for p in self.partitions() {
+            let mut from = vec![COMPLETED_TAG];
+            let end = vec![COMPLETED_TAG + 1];
+            loop {
+                let rows = p.index().scan(&from, &end, SWEEP_CHUNK)?;
+                let full = rows.len() == SWEEP_CHUNK;
+                if let Some((k, _)) = rows.last() {
+                    from = k.clone();
+                    from.push(0);
+                }
+                let mut old = Vec::new();
+                for (k, v) in &rows {
+                    let rec: Completed = multipart::decode(v)?;
+                    if let Some(id) = upload_of_key(k).filter(|_| rec.completed_ms < cutoff_ms) {
+                        debug_assert_eq!(completed_key(&id), *k);
+                        old.push(id);
                     }
+                }
+                if !old.is_empty() {
+                    n += u64::try_from(old.len()).unwrap_or(u64::MAX);
+                    let op = MpOp::ForgetCompleted {
+                        uploads: old,
+                        cutoff_ms,
+                    };
+                    p.submit(multipart::op(op), Vec::new()).await?;
+                }
+                if !full {
+                    break;
                 }
             }
         }
@@ -113,74 +315,30 @@ impl Store {
     }
 }
 
-fn uploads_of(
+/// Abort the uploads among `rows` created before `cutoff_ms`; how many.
+async fn abort_older(
     p: &Arc<Partition>,
-    bucket: &BucketInfo,
-    prefix: &str,
-) -> StoreResult<Vec<UploadInfo>> {
-    let start = multipart::upload_prefix(bucket.id, prefix);
-    let end = crate::list::prefix_successor(&start).unwrap_or_default();
-    let skip = multipart::upload_prefix(bucket.id, "").len();
-    let mut out = Vec::new();
-    for (k, v) in scan_all(p, &start, &end)? {
-        let Some(rest) = k.get(skip..).filter(|r| r.len() >= 17) else {
+    rows: &[(Vec<u8>, Vec<u8>)],
+    cutoff_ms: i64,
+) -> StoreResult<u64> {
+    let mut n = 0;
+    for (k, v) in rows {
+        let Some((bucket, key, upload)) = split_upload_key(k) else {
             continue;
         };
-        let (key, id) = rest.split_at(rest.len() - 17);
-        let id: [u8; 16] = id[1..]
-            .try_into()
-            .map_err(|_| StoreError::Corrupt("upload row key".into()))?;
-        let rec: UploadRecord = multipart::decode(&v)?;
-        out.push(UploadInfo {
-            key: String::from_utf8_lossy(key).into_owned(),
-            upload_id: multipart::format_upload_id(&id),
-            created_ms: rec.created_ms,
-            checksum: rec.checksum,
-        });
-    }
-    Ok(out)
-}
-
-type UploadRow = (crate::ids::BucketId, String, [u8; 16], i64);
-
-fn all_uploads(p: &Arc<Partition>) -> StoreResult<Vec<UploadRow>> {
-    let start = vec![crate::record::UPLOAD_TAG];
-    let end = vec![crate::record::UPLOAD_TAG + 1];
-    let mut out = Vec::new();
-    for (k, v) in scan_all(p, &start, &end)? {
-        if k.len() < 1 + 8 + 17 {
+        let rec: UploadRecord = multipart::decode(v)?;
+        if rec.created_ms >= cutoff_ms {
             continue;
         }
-        let bucket =
-            crate::ids::BucketId(u64::from_be_bytes(k[1..9].try_into().unwrap_or_default()));
-        let (key, id) = k[9..].split_at(k.len() - 9 - 17);
-        let id: [u8; 16] = id[1..]
-            .try_into()
-            .map_err(|_| StoreError::Corrupt("upload row key".into()))?;
-        let rec: UploadRecord = multipart::decode(&v)?;
-        out.push((
+        let op = MpOp::Abort {
             bucket,
-            String::from_utf8_lossy(key).into_owned(),
-            id,
-            rec.created_ms,
-        ));
-    }
-    Ok(out)
-}
-
-fn scan_all(p: &Arc<Partition>, start: &[u8], end: &[u8]) -> StoreResult<Vec<(Vec<u8>, Vec<u8>)>> {
-    let mut out = Vec::new();
-    let mut from = start.to_vec();
-    loop {
-        let rows = p.index().scan(&from, end, 1000)?;
-        let full = rows.len() == 1000;
-        if let Some((k, _)) = rows.last() {
-            from = k.clone();
-            from.push(0);
-        }
-        out.extend(rows);
-        if !full {
-            return Ok(out);
+            key: String::from_utf8_lossy(key).into_owned(),
+            upload,
+        };
+        match p.submit(multipart::op(op), Vec::new()).await {
+            Ok(_) | Err(StoreError::NoSuchUpload) => n += 1,
+            Err(e) => return Err(e),
         }
     }
+    Ok(n)
 }
