@@ -423,6 +423,25 @@ async fn proved_connection(
     sender
 }
 
+/// Tenant "b" with bucket `small` holding `k` = "hello".
+async fn tenant_b_with_small_object(server: &Server) -> S3Client {
+    let (_, other) = server.second_tenant("b").await;
+    other.create_bucket("small").await.expect("bucket");
+    other
+        .put_object("small", "k", Bytes::from_static(b"hello"))
+        .await
+        .expect("put");
+    other
+}
+
+/// Tenant b's small GET succeeds, twenty times in a row.
+async fn b_is_served(other: &S3Client) {
+    for _ in 0..20 {
+        let got = other.get_object("small", "k").await.expect("B's GET");
+        assert_eq!(got.body, Bytes::from_static(b"hello"));
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_that_stops_reading_holds_no_capacity() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -434,12 +453,7 @@ async fn a_reader_that_stops_reading_holds_no_capacity() {
         .put_object("held", "big", big.clone())
         .await
         .expect("put big");
-    let (_, other) = server.second_tenant("b").await;
-    other.create_bucket("small").await.expect("bucket");
-    other
-        .put_object("small", "k", Bytes::from_static(b"hello"))
-        .await
-        .expect("put");
+    let other = tenant_b_with_small_object(&server).await;
 
     // Tenant A: ten 7 MiB GETs whose bodies nobody reads, on proved
     // connections (A's own lane) and on fresh ones (the unproved lane).
@@ -463,10 +477,7 @@ async fn a_reader_that_stops_reading_holds_no_capacity() {
     wait_idle(&server).await;
 
     // Tenant B is served, every time.
-    for _ in 0..20 {
-        let got = other.get_object("small", "k").await.expect("B's GET");
-        assert_eq!(got.body, Bytes::from_static(b"hello"));
-    }
+    b_is_served(&other).await;
     wait_idle(&server).await;
     drop((conns, unread));
 }
@@ -505,12 +516,7 @@ async fn a_paused_reader_resumes_intact_and_others_were_served_meanwhile() {
 async fn http2_streams_with_a_zero_window_hold_no_capacity() {
     let dir = tempfile::tempdir().expect("tempdir");
     let server = Server::start(dir.path(), &["--lanes-max-wait-ms", "2000"]);
-    let (_, other) = server.second_tenant("b").await;
-    other.create_bucket("small").await.expect("bucket");
-    other
-        .put_object("small", "k", Bytes::from_static(b"hello"))
-        .await
-        .expect("put");
+    let other = tenant_b_with_small_object(&server).await;
 
     // HTTP/2 with prior knowledge, a stream window of 0: the server can
     // send headers but not one byte of any body.
@@ -539,10 +545,7 @@ async fn http2_streams_with_a_zero_window_hold_no_capacity() {
         responses.push(resp);
     }
     wait_idle(&server).await;
-    for _ in 0..20 {
-        let got = other.get_object("small", "k").await.expect("B's GET");
-        assert_eq!(got.body, Bytes::from_static(b"hello"));
-    }
+    b_is_served(&other).await;
     drop(responses);
 }
 
