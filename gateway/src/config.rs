@@ -36,6 +36,9 @@ pub enum Command {
     /// Manage tenants and access keys through the admin API of a running
     /// `laneway serve`.
     Admin(crate::admin::cli::AdminArgs),
+    /// Write and check cluster files (the store nodes and the partition
+    /// map; docs/architecture.md, "Cluster").
+    Cluster(crate::cluster::cli::ClusterArgs),
 }
 
 /// Flags of `laneway serve`.

@@ -40,6 +40,7 @@ pub mod auth;
 pub mod body;
 pub mod bucket;
 pub mod checksum;
+pub mod cluster;
 pub mod composite;
 pub mod conditional;
 pub mod config;

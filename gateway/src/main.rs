@@ -1,8 +1,8 @@
 //! The `laneway` binary: parse the command line, set up logging (stderr),
-//! run the chosen role (`serve`, or `admin`, the client of the tenant
-//! admin API). Exit status: 0 after a clean shutdown (or a successful
-//! admin call), 2 for bad flags, 1 when the server cannot start (or the
-//! admin call failed).
+//! run the chosen role (`serve`; `admin`, the client of the tenant admin
+//! API; `cluster`, which writes and checks cluster files). Exit status: 0
+//! after a clean shutdown (or a successful command), 2 for bad flags, 1
+//! when the server cannot start (or the command failed).
 
 use clap::Parser;
 use laneway_gateway::config::{Cli, Command};
@@ -35,6 +35,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Admin(args) => laneway_gateway::admin::cli::run(args),
+        Command::Cluster(args) => laneway_gateway::cluster::cli::run(args),
         Command::Serve(args) => {
             let cfg = match args.validate() {
                 Ok(cfg) => cfg,

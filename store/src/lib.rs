@@ -11,6 +11,7 @@
 //! partitions, and LIST is a streaming k-way merge over partitions ([`list`]).
 
 pub mod catalog;
+pub mod cluster;
 pub mod commit;
 pub mod compaction;
 pub mod error;
@@ -26,6 +27,7 @@ pub mod list;
 pub mod multipart;
 pub mod partition;
 pub mod record;
+pub mod rpc;
 pub mod space;
 pub mod store;
 pub mod uploads;

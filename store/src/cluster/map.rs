@@ -1,0 +1,291 @@
+//! The partition map: for every partition, the store nodes holding it, with
+//! a version that grows on every change; and [`MapSource`], the one
+//! interface through which gateways and store nodes read it.
+//!
+//! Versions settle disagreements without a protocol of our own: a store
+//! node refuses a call for a partition it does not own and says which map
+//! version it holds; the caller refreshes from its source when that version
+//! is newer than its own and retries once. A source never goes back to an
+//! older version, and the partition count can never change (it decides
+//! where every object lives, [`crate::hash`]).
+
+use crate::cluster::file::{ClusterFile, ClusterFileError};
+use crate::ids::PartitionId;
+use parking_lot::RwLock;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Longest node id accepted.
+pub const MAX_NODE_ID_LEN: usize = 64;
+
+/// A store node's name in the cluster file: lowercase letters, digits and
+/// `-`, starting with a letter or digit (it appears in paths, metrics
+/// labels and container names).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct NodeId(String);
+
+impl NodeId {
+    /// Check and wrap a node id.
+    pub fn parse(s: &str) -> Result<NodeId, String> {
+        let ok_char = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-';
+        if s.is_empty() || s.len() > MAX_NODE_ID_LEN {
+            return Err(format!("must be 1 to {MAX_NODE_ID_LEN} characters"));
+        }
+        if !s.chars().all(ok_char) || s.starts_with('-') {
+            return Err("use lowercase letters, digits and '-' (not first)".into());
+        }
+        Ok(NodeId(s.to_string()))
+    }
+
+    /// The id as a string slice.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A store node and the address of its RPC listener (`host:port`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeInfo {
+    /// Its id.
+    pub id: NodeId,
+    /// Where gateways and other nodes reach it.
+    pub rpc: String,
+}
+
+/// Partition -> replicas (first = owner today, preferred leader once
+/// partitions replicate), at one version.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PartitionMap {
+    version: u64,
+    replicas: Vec<Vec<NodeId>>,
+}
+
+impl PartitionMap {
+    /// A map from its checked parts (the cluster file checks them).
+    pub(crate) fn new(version: u64, replicas: Vec<Vec<NodeId>>) -> PartitionMap {
+        PartitionMap { version, replicas }
+    }
+
+    /// The map's version (grows on every change).
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// Number of partitions.
+    pub fn partition_count(&self) -> u32 {
+        u32::try_from(self.replicas.len()).unwrap_or(u32::MAX)
+    }
+
+    /// The node that serves `p` (None for a partition out of range).
+    pub fn owner(&self, p: PartitionId) -> Option<&NodeId> {
+        self.replicas(p).first()
+    }
+
+    /// Every node holding `p`, owner first.
+    pub fn replicas(&self, p: PartitionId) -> &[NodeId] {
+        usize::try_from(p.0)
+            .ok()
+            .and_then(|i| self.replicas.get(i))
+            .map_or(&[], Vec::as_slice)
+    }
+
+    /// Partitions whose owner is `node`, in order.
+    pub fn owned_by(&self, node: &NodeId) -> Vec<PartitionId> {
+        self.partitions()
+            .filter(|p| self.owner(*p) == Some(node))
+            .collect()
+    }
+
+    /// Partitions of which `node` holds a replica, in order.
+    pub fn hosted_by(&self, node: &NodeId) -> Vec<PartitionId> {
+        self.partitions()
+            .filter(|p| self.replicas(*p).contains(node))
+            .collect()
+    }
+
+    /// Every partition id.
+    pub fn partitions(&self) -> impl Iterator<Item = PartitionId> + '_ {
+        (0..self.partition_count()).map(PartitionId)
+    }
+
+    /// The table as the cluster file writes it.
+    pub(crate) fn raw_replicas(&self) -> Vec<Vec<String>> {
+        self.replicas
+            .iter()
+            .map(|r| r.iter().map(|n| n.as_str().to_string()).collect())
+            .collect()
+    }
+}
+
+/// Where the current partition map comes from.
+pub trait MapSource: Send + Sync {
+    /// The newest map this source has seen.
+    fn current(&self) -> Arc<PartitionMap>;
+
+    /// A store node holds map version `seen`: if that is newer than
+    /// [`MapSource::current`], fetch the newer map. Returns the map after
+    /// the refresh (which may still be older than `seen` when the source
+    /// has not caught up yet; the caller then answers 503 and the client
+    /// retries).
+    fn refresh(&self, seen: u64) -> Result<Arc<PartitionMap>, ClusterFileError>;
+}
+
+/// The map as the cluster file on local disk says (every gateway and node
+/// is given the same file; an operator edits it and bumps the version).
+pub struct FileMapSource {
+    path: PathBuf,
+    current: RwLock<Arc<ClusterFile>>,
+    map: RwLock<Arc<PartitionMap>>,
+}
+
+impl FileMapSource {
+    /// Read the cluster file at `path`.
+    pub fn open(path: &Path) -> Result<FileMapSource, ClusterFileError> {
+        let file = ClusterFile::load(path)?;
+        let map = Arc::new(file.map.clone());
+        Ok(FileMapSource {
+            path: path.to_path_buf(),
+            current: RwLock::new(Arc::new(file)),
+            map: RwLock::new(map),
+        })
+    }
+
+    /// The whole cluster file as last read (nodes and addresses).
+    pub fn file(&self) -> Arc<ClusterFile> {
+        Arc::clone(&self.current.read())
+    }
+
+    /// Re-read the file; keep the new map only if it is newer and keeps
+    /// the partition count.
+    fn reload(&self) -> Result<(), ClusterFileError> {
+        let file = ClusterFile::load(&self.path)?;
+        let old = self.current();
+        if file.map.partition_count() != old.partition_count() {
+            return Err(ClusterFileError::Invalid {
+                path: self.path.clone(),
+                message: format!(
+                    "partitions changed from {} to {}; the partition count of a cluster is fixed",
+                    old.partition_count(),
+                    file.map.partition_count()
+                ),
+            });
+        }
+        if file.map.version() > old.version() {
+            *self.map.write() = Arc::new(file.map.clone());
+            *self.current.write() = Arc::new(file);
+        }
+        Ok(())
+    }
+}
+
+impl MapSource for FileMapSource {
+    fn current(&self) -> Arc<PartitionMap> {
+        Arc::clone(&self.map.read())
+    }
+
+    fn refresh(&self, seen: u64) -> Result<Arc<PartitionMap>, ClusterFileError> {
+        if seen > self.current().version() {
+            self.reload()?;
+        }
+        Ok(self.current())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::init::{InitSpec, init_cluster};
+
+    fn spec(dir: &Path, nodes: u32, partitions: u32) -> InitSpec {
+        InitSpec {
+            path: dir.join("cluster.toml"),
+            nodes: (0..nodes)
+                .map(|i| (format!("s{i}"), format!("127.0.0.1:{}", 9100 + i)))
+                .collect(),
+            partitions,
+            replicas: 1,
+        }
+    }
+
+    #[test]
+    fn node_ids_are_checked() {
+        for ok in ["a", "store-1", "9"] {
+            assert!(NodeId::parse(ok).is_ok(), "{ok}");
+        }
+        let long = "a".repeat(MAX_NODE_ID_LEN + 1);
+        for bad in ["", "-a", "A", "a_b", "a b", long.as_str()] {
+            assert!(NodeId::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn lookups_follow_the_table() {
+        let a = NodeId::parse("a").expect("id");
+        let b = NodeId::parse("b").expect("id");
+        let m = PartitionMap::new(
+            2,
+            vec![vec![a.clone(), b.clone()], vec![b.clone(), a.clone()]],
+        );
+        assert_eq!(m.owner(PartitionId(0)), Some(&a));
+        assert_eq!(m.owner(PartitionId(5)), None);
+        assert_eq!(m.owned_by(&b), vec![PartitionId(1)]);
+        assert_eq!(m.hosted_by(&b), vec![PartitionId(0), PartitionId(1)]);
+    }
+
+    #[test]
+    fn refresh_takes_newer_maps_only_and_never_a_new_partition_count() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let spec = spec(dir.path(), 2, 4);
+        init_cluster(&spec).expect("init");
+        let src = FileMapSource::open(&spec.path).expect("open");
+        assert_eq!(src.current().version(), 1);
+
+        // A newer file: taken when a node reports a newer version.
+        let mut file = ClusterFile::load(&spec.path).expect("load");
+        let swapped: Vec<Vec<NodeId>> = file
+            .map
+            .partitions()
+            .map(|p| file.map.replicas(p).iter().rev().cloned().collect())
+            .collect();
+        file.map = PartitionMap::new(2, swapped);
+        std::fs::write(&spec.path, file.to_toml()).expect("write");
+        assert_eq!(
+            src.refresh(1).expect("refresh").version(),
+            1,
+            "not newer: kept"
+        );
+        assert_eq!(src.refresh(2).expect("refresh").version(), 2);
+
+        // An older file is never taken.
+        file.map = PartitionMap::new(1, file.map.raw_replicas_ids());
+        std::fs::write(&spec.path, file.to_toml()).expect("write");
+        assert_eq!(src.refresh(5).expect("refresh").version(), 2);
+
+        // A different partition count is refused.
+        init_cluster(&InitSpec {
+            partitions: 8,
+            ..spec.clone()
+        })
+        .expect("init");
+        let mut eight = ClusterFile::load(&spec.path).expect("load");
+        eight.map = PartitionMap::new(9, eight.map.raw_replicas_ids());
+        std::fs::write(&spec.path, eight.to_toml()).expect("write");
+        let err = src.refresh(9).expect_err("count change");
+        assert!(err.to_string().contains("fixed"), "{err}");
+        assert_eq!(src.current().version(), 2);
+    }
+
+    impl PartitionMap {
+        fn raw_replicas_ids(&self) -> Vec<Vec<NodeId>> {
+            self.replicas.clone()
+        }
+    }
+}

@@ -1,0 +1,26 @@
+//! The cluster's shape: which store nodes exist, where they listen, and which
+//! node hosts each partition (the partition map).
+//!
+//! A cluster file (TOML, [`file`]) is what an operator writes, or
+//! `laneway cluster init` generates ([`init`]). It is parsed and validated
+//! once, into a [`map::PartitionMap`] whose `version` only ever grows: a
+//! store node that is asked for a partition it does not own answers with
+//! its own map version, and a gateway holding an older map refreshes it
+//! through a [`map::MapSource`] and retries.
+//!
+//! Where the map lives is hidden behind [`map::MapSource`]: today it is the
+//! cluster file ([`map::FileMapSource`]); once partitions replicate, the map
+//! becomes a record of the catalog's consensus group and the same interface
+//! reads it from there, so gateways and store nodes do not change.
+//!
+//! Each partition lists its replicas in order; with a replication factor of
+//! 1 that is one node. The first replica is the partition's preferred
+//! leader once replication lands; today it is the only owner.
+
+pub mod file;
+pub mod init;
+pub mod map;
+
+pub use file::{ClusterFile, ClusterFileError};
+pub use init::{InitSpec, init_cluster};
+pub use map::{FileMapSource, MapSource, NodeId, NodeInfo, PartitionMap};
