@@ -197,7 +197,7 @@ impl From<StoredObjectV1> for StoredObject {
 }
 
 /// What the gateway sees of an object (everything but the data location).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ObjectInfo {
     /// The object key.
     pub key: String,
