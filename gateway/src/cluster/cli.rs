@@ -147,6 +147,8 @@ fn describe(f: &ClusterFile) -> String {
         f.map.version(),
         f.secret_file.display()
     );
+    let catalog: Vec<&str> = f.map.catalog().iter().map(|n| n.as_str()).collect();
+    out.push_str(&format!("catalog  {}\n", catalog.join(" ")));
     out.push_str("NODE                 RPC                        OWNS  HOSTS\n");
     for n in &f.nodes {
         out.push_str(&format!(

@@ -16,6 +16,7 @@
 //!
 //! [map]
 //! version = 1
+//! catalog = ["store-1"]             # the bucket and tenant catalog's replicas
 //! partitions = [["store-1"], ...]  # one entry per partition, its replicas
 //! ```
 //!
@@ -99,6 +100,7 @@ pub(crate) struct RawNode {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawMap {
     pub version: u64,
+    pub catalog: Vec<String>,
     pub partitions: Vec<Vec<String>>,
 }
 
@@ -199,6 +201,7 @@ impl ClusterFile {
                 .collect(),
             map: RawMap {
                 version: self.map.version(),
+                catalog: names(self.map.catalog()),
                 partitions: self.map.raw_replicas(),
             },
         };
@@ -310,22 +313,33 @@ fn check_map(raw: &RawFile, nodes: &[NodeInfo]) -> Result<PartitionMap, String> 
             nodes.len()
         ));
     }
+    let catalog = check_owners("map.catalog", &raw.map.catalog, replicas, nodes)?;
     let mut table = Vec::with_capacity(count);
     for (p, owners) in raw.map.partitions.iter().enumerate() {
-        table.push(check_owners(p, owners, replicas, nodes)?);
+        table.push(check_owners(
+            &format!("map.partitions[{p}]"),
+            owners,
+            replicas,
+            nodes,
+        )?);
     }
-    Ok(PartitionMap::new(raw.map.version, table))
+    Ok(PartitionMap::new(raw.map.version, catalog, table))
+}
+
+/// Node ids as the file writes them.
+pub(crate) fn names(ids: &[NodeId]) -> Vec<String> {
+    ids.iter().map(|n| n.as_str().to_string()).collect()
 }
 
 fn check_owners(
-    p: usize,
+    what: &str,
     owners: &[String],
     replicas: usize,
     nodes: &[NodeInfo],
 ) -> Result<Vec<NodeId>, String> {
     if owners.len() != replicas {
         return Err(format!(
-            "map.partitions[{p}] lists {} nodes; replicas = {replicas}",
+            "{what} lists {} nodes; replicas = {replicas}",
             owners.len()
         ));
     }
@@ -334,12 +348,12 @@ fn check_owners(
     for o in owners {
         let Some(node) = nodes.iter().find(|n| n.id.as_str() == o) else {
             return Err(format!(
-                "map.partitions[{p}] names node {o:?}, which no [[nodes]] table defines"
+                "{what} names node {o:?}, which no [[nodes]] table defines"
             ));
         };
         if !seen.insert(o.as_str()) {
             return Err(format!(
-                "map.partitions[{p}] names node {o:?} twice (replicas must be on different nodes)"
+                "{what} names node {o:?} twice (replicas must be on different nodes)"
             ));
         }
         out.push(node.id.clone());
@@ -367,6 +381,7 @@ rpc = "store-b:9100"
 
 [map]
 version = 3
+catalog = ["a"]
 partitions = [["a"], ["b"], ["a"], ["b"]]
 "#;
 
@@ -417,6 +432,12 @@ partitions = [["a"], ["b"], ["a"], ["b"]]
             (r#"id = "b""#, r#"id = "B C""#, "node id"),
             (r#"["b"], ["a"], ["b"]]"#, r#"["b"], ["a"]]"#, "3 entries"),
             (r#"[["a"], ["b"]"#, r#"[["a"], ["c"]"#, "no [[nodes]] table"),
+            (
+                r#"catalog = ["a"]"#,
+                r#"catalog = ["z"]"#,
+                "map.catalog names node",
+            ),
+            (r#"catalog = ["a"]"#, "", "missing field `catalog`"),
             ("version = 3", "version = 0", "at least 1"),
             ("version = 3", "version = 3\nextra = 1", "unknown field"),
             ("partitions = 4", "partitions = \"four\"", "invalid type"),
@@ -439,6 +460,8 @@ partitions = [["a"], ["b"], ["a"], ["b"]]
             "[[nodes]]\nid = \"c\"\nrpc = \"store-c:9100\"\n\n[map]",
         );
         assert!(message(&three_nodes).contains("lists 1 nodes; replicas = 3"));
+        assert!(message(&three_nodes).contains("map.catalog lists 1 nodes"));
+        let three_nodes = three_nodes.replace(r#"catalog = ["a"]"#, r#"catalog = ["a","b","c"]"#);
         let doubled = three_nodes.replace(
             r#"[["a"], ["b"], ["a"], ["b"]]"#,
             r#"[["a","b","c"], ["b","c","a"], ["c","a","c"], ["a","b","c"]]"#,

@@ -3,7 +3,7 @@
 //! Placement spreads partitions round-robin: partition `p`'s replicas are
 //! nodes `p, p+1, ...` (mod the node count), so every node owns an equal
 //! share (within one partition) and, with three replicas, holds three
-//! shares on three different nodes.
+//! shares on three different nodes. The catalog goes on the first nodes.
 
 use crate::cluster::file::{ClusterFile, ClusterFileError, FORMAT, RawFile, RawMap, RawNode};
 use ring::rand::{SecureRandom, SystemRandom};
@@ -46,6 +46,12 @@ pub fn init_cluster(spec: &InitSpec) -> Result<ClusterFile, ClusterFileError> {
             .collect(),
         map: RawMap {
             version: 1,
+            catalog: spec
+                .nodes
+                .iter()
+                .take(usize::try_from(spec.replicas).unwrap_or(1))
+                .map(|(id, _)| id.clone())
+                .collect(),
             partitions: round_robin(spec),
         },
     };

@@ -65,13 +65,27 @@ pub struct NodeInfo {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PartitionMap {
     version: u64,
+    catalog: Vec<NodeId>,
     replicas: Vec<Vec<NodeId>>,
 }
 
 impl PartitionMap {
     /// A map from its checked parts (the cluster file checks them).
-    pub(crate) fn new(version: u64, replicas: Vec<Vec<NodeId>>) -> PartitionMap {
-        PartitionMap { version, replicas }
+    pub(crate) fn new(
+        version: u64,
+        catalog: Vec<NodeId>,
+        replicas: Vec<Vec<NodeId>>,
+    ) -> PartitionMap {
+        PartitionMap {
+            version,
+            catalog,
+            replicas,
+        }
+    }
+
+    /// The nodes holding the catalog (buckets, tenants, keys), owner first.
+    pub fn catalog(&self) -> &[NodeId] {
+        &self.catalog
     }
 
     /// The map's version (grows on every change).
@@ -120,7 +134,7 @@ impl PartitionMap {
     pub(crate) fn raw_replicas(&self) -> Vec<Vec<String>> {
         self.replicas
             .iter()
-            .map(|r| r.iter().map(|n| n.as_str().to_string()).collect())
+            .map(|r| crate::cluster::file::names(r))
             .collect()
     }
 }
@@ -232,8 +246,10 @@ mod tests {
         let b = NodeId::parse("b").expect("id");
         let m = PartitionMap::new(
             2,
+            vec![a.clone()],
             vec![vec![a.clone(), b.clone()], vec![b.clone(), a.clone()]],
         );
+        assert_eq!(m.catalog(), &[a.clone()]);
         assert_eq!(m.owner(PartitionId(0)), Some(&a));
         assert_eq!(m.owner(PartitionId(5)), None);
         assert_eq!(m.owned_by(&b), vec![PartitionId(1)]);
@@ -255,7 +271,7 @@ mod tests {
             .partitions()
             .map(|p| file.map.replicas(p).iter().rev().cloned().collect())
             .collect();
-        file.map = PartitionMap::new(2, swapped);
+        file.map = PartitionMap::new(2, file.map.catalog().to_vec(), swapped);
         std::fs::write(&spec.path, file.to_toml()).expect("write");
         assert_eq!(
             src.refresh(1).expect("refresh").version(),
@@ -265,7 +281,7 @@ mod tests {
         assert_eq!(src.refresh(2).expect("refresh").version(), 2);
 
         // An older file is never taken.
-        file.map = PartitionMap::new(1, file.map.raw_replicas_ids());
+        file.map = PartitionMap::new(1, file.map.catalog().to_vec(), file.map.raw_replicas_ids());
         std::fs::write(&spec.path, file.to_toml()).expect("write");
         assert_eq!(src.refresh(5).expect("refresh").version(), 2);
 
@@ -276,7 +292,11 @@ mod tests {
         })
         .expect("init");
         let mut eight = ClusterFile::load(&spec.path).expect("load");
-        eight.map = PartitionMap::new(9, eight.map.raw_replicas_ids());
+        eight.map = PartitionMap::new(
+            9,
+            eight.map.catalog().to_vec(),
+            eight.map.raw_replicas_ids(),
+        );
         std::fs::write(&spec.path, eight.to_toml()).expect("write");
         let err = src.refresh(9).expect_err("count change");
         assert!(err.to_string().contains("fixed"), "{err}");
