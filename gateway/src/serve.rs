@@ -238,7 +238,7 @@ fn print_banner(cfg: &ServeConfig, tenancy: &Tenancy, addr: SocketAddr) {
     let scheme = if cfg.tls.is_some() { "https" } else { "http" };
     let endpoint = format!("{scheme}://{}", paste_addr(addr));
     let admin = format!("http://{}", paste_addr(tenancy.admin_addr));
-    let registry = tenancy.keys.registry().path().display();
+    let registry = tenancy.keys.registry().location();
     let mut text = String::new();
     match &tenancy.boot {
         Bootstrap::Created { tenant, key } => {

@@ -7,6 +7,12 @@
 //! id; ids are never reused, so objects of a deleted bucket can never
 //! reappear under a new one. Bucket changes are rare: each is its own
 //! batch, synced before it returns, under one mutex.
+//!
+//! `b'd' | name` -> `FORMAT_V1 | version (u64 BE) | bytes` are versioned
+//! documents ([`Catalog::doc`], [`Catalog::put_doc`]): whole values that
+//! change by compare-and-swap on their version, so several writers (the
+//! gateways of a cluster, through the store node that holds the catalog)
+//! never lose each other's change. The tenant registry is one.
 
 use crate::error::{StoreError, StoreResult};
 use crate::ids::{BucketId, TenantId};
@@ -17,6 +23,9 @@ use parking_lot::Mutex;
 use std::path::Path;
 
 const BUCKET_TAG: u8 = b'b';
+const DOC_TAG: u8 = b'd';
+/// Largest catalog document.
+pub const MAX_DOC: usize = 64 << 20;
 const NEXT_ID_KEY: &[u8] = b"#next-bucket-id";
 
 /// The bucket catalog.
@@ -35,6 +44,12 @@ fn tenant_prefix(tenant: &TenantId) -> Vec<u8> {
 
 fn bucket_key(tenant: &TenantId, name: &str) -> Vec<u8> {
     let mut k = tenant_prefix(tenant);
+    k.extend_from_slice(name.as_bytes());
+    k
+}
+
+fn doc_key(name: &str) -> Vec<u8> {
+    let mut k = vec![DOC_TAG];
     k.extend_from_slice(name.as_bytes());
     k
 }
@@ -170,6 +185,47 @@ impl Catalog {
         Ok(out)
     }
 
+    /// Document `name` and its version (`None`: never written).
+    pub fn doc(&self, name: &str) -> StoreResult<Option<(u64, Vec<u8>)>> {
+        let Some(v) = self.index.get(&doc_key(name))? else {
+            return Ok(None);
+        };
+        match v.split_first() {
+            Some((&FORMAT_V1, rest)) if rest.len() >= 8 => {
+                let (ver, body) = rest.split_at(8);
+                let ver: [u8; 8] = ver.try_into().unwrap_or_default();
+                Ok(Some((u64::from_be_bytes(ver), body.to_vec())))
+            }
+            _ => Err(StoreError::Corrupt(format!("catalog document {name:?}"))),
+        }
+    }
+
+    /// Replace document `name` if its version is still `expected` (0: it
+    /// must not exist yet); returns the new version. PreconditionFailed
+    /// when another writer got there first (read it again and retry).
+    pub fn put_doc(&self, name: &str, expected: u64, body: &[u8]) -> StoreResult<u64> {
+        if body.len() > MAX_DOC {
+            return Err(StoreError::InvalidArgument(format!(
+                "catalog document of {} bytes (at most {MAX_DOC})",
+                body.len()
+            )));
+        }
+        let _guard = self.write_lock.lock();
+        let current = self.doc(name)?.map_or(0, |(v, _)| v);
+        if current != expected {
+            return Err(StoreError::PreconditionFailed);
+        }
+        let next = current + 1;
+        let mut value = Vec::with_capacity(9 + body.len());
+        value.push(FORMAT_V1);
+        value.extend_from_slice(&next.to_be_bytes());
+        value.extend_from_slice(body);
+        let mut batch = WriteBatch::default();
+        batch.put(doc_key(name), value);
+        self.commit(batch)?;
+        Ok(next)
+    }
+
     /// Make all catalog writes durable (shutdown).
     pub fn sync(&self) -> StoreResult<()> {
         self.index.sync()
@@ -207,5 +263,30 @@ mod tests {
         assert!(c.get(&b, "data").expect("get").is_some());
         let again = c.create(&a, "data", "us-east-1").expect("recreate");
         assert!(again.id.0 > bd.id.0, "ids are never reused");
+    }
+
+    #[test]
+    fn documents_change_by_compare_and_swap() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let c = Catalog::open(dir.path(), Engine::Fjall).expect("open");
+        assert_eq!(c.doc("tenants").expect("doc"), None);
+        assert!(matches!(
+            c.put_doc("tenants", 1, b"x"),
+            Err(StoreError::PreconditionFailed)
+        ));
+        assert_eq!(c.put_doc("tenants", 0, b"one").expect("create"), 1);
+        assert!(matches!(
+            c.put_doc("tenants", 0, b"lost"),
+            Err(StoreError::PreconditionFailed)
+        ));
+        assert_eq!(c.put_doc("tenants", 1, b"two").expect("swap"), 2);
+        assert_eq!(c.doc("tenants").expect("doc"), Some((2, b"two".to_vec())));
+        // Documents and buckets do not see each other.
+        let t = TenantId("d".into());
+        c.create(&t, "tenants", "r").expect("bucket");
+        assert_eq!(c.list(&t).expect("list").len(), 1);
+        drop(c);
+        let c = Catalog::open(dir.path(), Engine::Fjall).expect("reopen");
+        assert_eq!(c.doc("tenants").expect("doc"), Some((2, b"two".to_vec())));
     }
 }

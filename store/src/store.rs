@@ -242,6 +242,18 @@ impl Store {
         self.catalog.set_tags(tenant, name, tags)
     }
 
+    /// Catalog document `name` and its version ([`Catalog::doc`]).
+    pub fn catalog_doc(&self, name: &str) -> StoreResult<Option<(u64, Vec<u8>)>> {
+        self.catalog.doc(name)
+    }
+
+    /// Replace catalog document `name` if still at version `expected`
+    /// ([`Catalog::put_doc`]).
+    pub fn put_catalog_doc(&self, name: &str, expected: u64, body: &[u8]) -> StoreResult<u64> {
+        self.space.admit(0)?;
+        self.catalog.put_doc(name, expected, body)
+    }
+
     /// Objects and bytes in a bucket (summed over partitions; exact, since
     /// counters change in the same batch as the objects).
     pub fn bucket_usage(&self, bucket: BucketId) -> StoreResult<crate::record::Usage> {

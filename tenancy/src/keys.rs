@@ -60,7 +60,7 @@ impl Registry {
     pub fn create_key(&self, id_or_name: &str, spec: KeySpec) -> Result<NewKey, TenancyError> {
         self.mutate(|s| {
             let id = s.find(id_or_name)?.id.clone();
-            self.new_key(s, &id, spec, None)
+            self.new_key(s, &id, spec.clone(), None)
         })
     }
 

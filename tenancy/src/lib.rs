@@ -5,8 +5,10 @@
 //!   rate caps, status; read-write / read-only / bucket-scoped keys) and the
 //!   checks their fields pass.
 //! - [`registry`]: the [`Registry`] of tenants and keys, persisted durably
-//!   in `<data-dir>/tenancy/tenants.json` (temp file, fsync, rename, fsync
-//!   of the directory), reloaded when another process changed the file.
+//!   through a [`backend`]: `<data-dir>/tenancy/tenants.json` (temp file,
+//!   fsync, rename, fsync of the directory) for `laneway serve`, a
+//!   versioned catalog document of the store in a cluster; reloaded when
+//!   another process changed it.
 //! - [`crypt`]: secrets at rest are sealed with AES-256-GCM under a master
 //!   key (`<data-dir>/tenancy/master.key`, mode 0600, or the environment),
 //!   so the data directory never holds a secret in clear.
@@ -18,6 +20,7 @@
 //! stray `{:?}` in a log line cannot leak one. Nothing in this crate logs a
 //! secret; a secret is handed out once, when its key is created.
 
+pub mod backend;
 pub mod crypt;
 pub mod keygen;
 pub mod keys;
@@ -25,6 +28,7 @@ pub mod model;
 pub mod persist;
 pub mod registry;
 
+pub use backend::{FileBackend, RegistryBackend, Version};
 pub use crypt::MasterKey;
 pub use model::{
     Grant, KeyAccess, KeyInfo, KeySpec, Limits, NewKey, Tenant, TenantPatch, TenantSpec,
@@ -72,6 +76,10 @@ pub enum TenancyError {
     /// The name (or access key id) is taken.
     #[error("{0} already exists")]
     Conflict(String),
+    /// The stored registry changed since it was read (another writer);
+    /// reload and retry.
+    #[error("the tenant registry changed meanwhile; retry")]
+    Stale,
 }
 
 /// A secret access key. `Debug` never shows it; [`Secret::expose`] does.

@@ -1,25 +1,34 @@
-//! The [`Registry`]: every tenant and access key, in memory and on disk.
+//! The [`Registry`]: every tenant and access key, in memory and in its
+//! [`RegistryBackend`] (the data directory's file, or the cluster's
+//! catalog).
 //!
 //! Reads (`resolve`, listings) take a read lock on the in-memory state.
-//! Every change runs under one write mutex: reload the file if another
-//! process changed it, apply the change to a copy, write the copy durably
-//! ([`crate::persist`]), then publish it. So a change is acknowledged only
-//! once it is on disk, and a failed write leaves memory and disk unchanged.
+//! Every change runs under one write mutex: reload if the stored version
+//! moved, apply the change to a copy, write the copy durably by
+//! compare-and-swap on the version read, then publish it. A swap that
+//! loses to another writer (another gateway) reloads and re-applies the
+//! change (up to 32 times: each loss is another writer's success). So a change is acknowledged only once it
+//! is stored, no writer loses another's change, and a failed write leaves
+//! memory and storage unchanged.
 //!
-//! Several gateways over one data directory: each reloads the file when
-//! its stamp (inode, size, mtime) changes, checked on every `resolve`
-//! miss of the caller's cache, so a key revoked through any gateway stops
-//! working everywhere within the callers' cache TTL. Changes themselves
-//! should go through one admin endpoint at a time (no cross-process lock).
+//! Several gateways: each reloads when the stored version changes,
+//! checked on every `resolve` miss of the caller's cache, so a key revoked
+//! through any gateway stops working everywhere within the callers' cache
+//! TTL.
 
+use crate::backend::{FileBackend, RegistryBackend, Version};
 use crate::crypt::MasterKey;
 use crate::model::{self, Grant, KeyInfo, NewKey, Tenant, TenantPatch, TenantSpec, TenantStatus};
-use crate::persist::{self, RegistryFile, Stamp, StoredKey};
+use crate::persist::{self, RegistryFile, StoredKey};
 use crate::{DEFAULT_TENANT, Secret, TenancyError, keygen, now_ms};
 use parking_lot::{Mutex, RwLock};
 use ring::rand::{SecureRandom, SystemRandom};
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
+use std::sync::Arc;
+
+/// Compare-and-swap attempts of one change before it answers Stale.
+const SWAP_ATTEMPTS: usize = 32;
 
 /// An operator-chosen first key (used only when the registry is created).
 #[derive(Debug, Clone)]
@@ -58,7 +67,7 @@ pub(crate) struct KeyRec {
 pub(crate) struct State {
     pub(crate) tenants: BTreeMap<String, Tenant>,
     pub(crate) keys: BTreeMap<String, KeyRec>,
-    pub(crate) stamp: Option<Stamp>,
+    pub(crate) version: Option<Version>,
 }
 
 impl State {
@@ -83,9 +92,9 @@ impl State {
     }
 }
 
-/// Tenants and keys of one data directory.
+/// Tenants and keys of one data directory or cluster.
 pub struct Registry {
-    path: PathBuf,
+    backend: Arc<dyn RegistryBackend>,
     pub(crate) master: MasterKey,
     pub(crate) rng: SystemRandom,
     pub(crate) state: RwLock<State>,
@@ -95,7 +104,7 @@ pub struct Registry {
 impl std::fmt::Debug for Registry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Registry")
-            .field("path", &self.path)
+            .field("location", &self.backend.location())
             .finish()
     }
 }
@@ -113,21 +122,33 @@ impl Registry {
         let dir = data_dir.join("tenancy");
         persist::create_private_dir(&dir)?;
         let master = MasterKey::load(&dir, master_env)?;
+        let backend = Arc::new(FileBackend::new(&dir.join("tenants.json")));
+        let legacy = dir.join("keys.json");
+        Self::open_with(backend, master, initial, Some(&legacy))
+    }
+
+    /// Open the registry stored in `backend`, secrets sealed by `master`;
+    /// bootstrap it as [`Registry::open`] does when nothing is stored.
+    pub fn open_with(
+        backend: Arc<dyn RegistryBackend>,
+        master: MasterKey,
+        initial: Option<InitialKey>,
+        legacy: Option<&Path>,
+    ) -> Result<(Registry, Bootstrap), TenancyError> {
         let reg = Registry {
-            path: dir.join("tenants.json"),
+            backend,
             master,
             rng: SystemRandom::new(),
             state: RwLock::new(State::default()),
             write_lock: Mutex::new(()),
         };
-        if reg.path.exists() {
-            *reg.state.write() = reg.load()?;
+        if let Some(state) = reg.load()? {
+            *reg.state.write() = state;
             let access_key = reg.default_key();
             return Ok((reg, Bootstrap::Existing { access_key }));
         }
-        let legacy = dir.join("keys.json");
-        if legacy.exists() {
-            reg.migrate(&legacy)?;
+        if let Some(legacy) = legacy.filter(|l| l.exists()) {
+            reg.migrate(legacy)?;
             let access_key = reg.default_key();
             return Ok((reg, Bootstrap::Existing { access_key }));
         }
@@ -157,7 +178,7 @@ impl Registry {
     fn migrate(&self, legacy: &Path) -> Result<(), TenancyError> {
         let keys = persist::read_legacy(legacy)?;
         self.mutate(|s| {
-            for k in keys {
+            for k in &keys {
                 if !s.tenants.contains_key(&k.tenant) {
                     let name = if k.tenant == DEFAULT_TENANT {
                         DEFAULT_TENANT.to_string()
@@ -168,13 +189,13 @@ impl Registry {
                         .insert(k.tenant.clone(), new_tenant(k.tenant.clone(), name, 1));
                 }
                 let info = KeyInfo {
-                    access_key: k.access_key,
-                    tenant: k.tenant,
+                    access_key: k.access_key.clone(),
+                    tenant: k.tenant.clone(),
                     access: model::KeyAccess::ReadWrite,
                     buckets: None,
                     created_ms: k.created_ms,
                 };
-                self.insert_key(s, info, Secret::new(k.secret_key))?;
+                self.insert_key(s, info, Secret::new(k.secret_key.clone()))?;
             }
             Ok(())
         })?;
@@ -192,16 +213,18 @@ impl Registry {
             .map(|k| k.info.access_key.clone())
     }
 
-    /// Path of the registry file (operator-facing; holds no clear secret).
-    pub fn path(&self) -> &Path {
-        &self.path
+    /// Where the registry is stored (operator-facing; holds no clear secret).
+    pub fn location(&self) -> String {
+        self.backend.location()
     }
 
-    fn load(&self) -> Result<State, TenancyError> {
-        let stamp = persist::stamp(&self.path);
-        let file = persist::read(&self.path)?;
+    /// The stored registry as state (`None`: nothing stored yet).
+    fn load(&self) -> Result<Option<State>, TenancyError> {
+        let Some((version, file)) = self.backend.read()? else {
+            return Ok(None);
+        };
         let mut s = State {
-            stamp,
+            version: Some(version),
             ..State::default()
         };
         for t in file.tenants {
@@ -223,37 +246,54 @@ impl Registry {
             };
             s.keys.insert(rec.info.access_key.clone(), rec);
         }
-        Ok(s)
+        Ok(Some(s))
     }
 
-    /// Reload when another process rewrote the file. A file that cannot
-    /// be read keeps the last good state (logged; retried next time).
+    /// Reload when another process changed the stored registry. A store
+    /// that cannot be read keeps the last good state (logged; retried
+    /// next time).
     pub(crate) fn refresh(&self) {
-        let now = persist::stamp(&self.path);
-        if now.is_none() || now == self.state.read().stamp {
+        let now = match self.backend.version() {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!(error = %e, "tenancy registry version check failed");
+                return;
+            }
+        };
+        if now.is_none() || now == self.state.read().version {
             return;
         }
         match self.load() {
-            Ok(s) => *self.state.write() = s,
+            Ok(Some(s)) => *self.state.write() = s,
+            Ok(None) => {}
             Err(e) => {
                 tracing::warn!(error = %e, "tenancy registry reload failed; keeping the last state")
             }
         }
     }
 
-    /// Apply `f` to a copy of the state, persist it, publish it.
+    /// Apply `f` to a copy of the state, store it by compare-and-swap,
+    /// publish it; on a lost swap, reload and apply `f` again.
     pub(crate) fn mutate<T>(
         &self,
-        f: impl FnOnce(&mut State) -> Result<T, TenancyError>,
+        mut f: impl FnMut(&mut State) -> Result<T, TenancyError>,
     ) -> Result<T, TenancyError> {
         let _guard = self.write_lock.lock();
-        self.refresh();
-        let mut next = self.state.read().clone();
-        let out = f(&mut next)?;
-        persist::write(&self.path, &to_file(&next))?;
-        next.stamp = persist::stamp(&self.path);
-        *self.state.write() = next;
-        Ok(out)
+        for _ in 0..SWAP_ATTEMPTS {
+            self.refresh();
+            let mut next = self.state.read().clone();
+            let out = f(&mut next)?;
+            match self.backend.write(next.version.as_ref(), &to_file(&next)) {
+                Ok(version) => {
+                    next.version = Some(version);
+                    *self.state.write() = next;
+                    return Ok(out);
+                }
+                Err(TenancyError::Stale) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(TenancyError::Stale)
     }
 
     /// Create a tenant and its first key.
@@ -275,10 +315,10 @@ impl Registry {
             if s.name_taken(&spec.name, "") {
                 return Err(TenancyError::Conflict(format!("tenant {}", spec.name)));
             }
-            let mut t = new_tenant(id.clone(), spec.name, weight);
-            t.limits = spec.limits;
+            let mut t = new_tenant(id.clone(), spec.name.clone(), weight);
+            t.limits = spec.limits.clone();
             s.tenants.insert(id.clone(), t.clone());
-            let k = self.new_key(s, &id, spec.key, key)?;
+            let k = self.new_key(s, &id, spec.key.clone(), key.clone())?;
             Ok((t, k))
         })
     }

@@ -66,6 +66,7 @@ impl From<TenancyError> for ApiError {
             TenancyError::NoSuchTenant(_) => (404, "no_such_tenant"),
             TenancyError::NoSuchKey(_) => (404, "no_such_key"),
             TenancyError::Conflict(_) => (409, "conflict"),
+            TenancyError::Stale => (503, "busy"),
             TenancyError::Io { .. } | TenancyError::Corrupt(_) | TenancyError::Random => {
                 tracing::error!(error = %e, "admin request failed");
                 return internal();

@@ -249,7 +249,7 @@ mod tests {
             vec![a.clone()],
             vec![vec![a.clone(), b.clone()], vec![b.clone(), a.clone()]],
         );
-        assert_eq!(m.catalog(), &[a.clone()]);
+        assert_eq!(m.catalog(), std::slice::from_ref(&a));
         assert_eq!(m.owner(PartitionId(0)), Some(&a));
         assert_eq!(m.owner(PartitionId(5)), None);
         assert_eq!(m.owned_by(&b), vec![PartitionId(1)]);
