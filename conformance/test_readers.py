@@ -1,7 +1,8 @@
 """Data tools reading and writing laneway: pyarrow's S3FileSystem (the AWS
 C++ SDK) writing a partitioned multi-file parquet dataset and reading it
 back, whole and filtered; "directory" prefixes (HEAD of a prefix, zero-byte
-directory markers); s3fs (aiobotocore) listing, opening and reading.
+directory markers); s3fs (aiobotocore) listing, opening and reading, and
+removing a bucket with rm(recursive=True).
 
 A reader that cannot be imported fails its test with the reason: a missing
 client is never a silent pass."""
@@ -129,8 +130,14 @@ def run_reader(script: str, *args: str, timeout: int = 300) -> None:
 def test_s3fs_ls_open_read(server, s3, bucket):
     s3.put_object(Bucket=bucket, Key="fs/a.txt", Body=b"alpha")
     s3.put_object(Bucket=bucket, Key="fs/sub/b.txt", Body=b"bravo" * 1000)
-    run_reader("s3fs_check.py", server.endpoint, server.access_key, server.secret_key, server.region, bucket)
+    doomed = f"{bucket}-rm"
+    s3.create_bucket(Bucket=doomed)
+    for key in ("x.txt", "deep/er/y.txt"):
+        s3.put_object(Bucket=doomed, Key=key, Body=b"gone soon")
+    run_reader("s3fs_check.py", server.endpoint, server.access_key, server.secret_key, server.region, bucket, doomed)
     assert s3.get_object(Bucket=bucket, Key="fs/written.bin")["Body"].read() == b"\x00\x01" * 4096
+    # rm(bucket, recursive=True) asked GetBucketVersioning, emptied the bucket and removed it.
+    expect_error("404", 404, s3.head_bucket, Bucket=doomed)
 
 
 def test_ray_read_parquet(server, bucket):

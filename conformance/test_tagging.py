@@ -58,12 +58,12 @@ def test_ten_tags_allowed_eleven_refused(s3, bucket):
     ten = {f"k{i}": f"v{i}" for i in range(10)}
     s3.put_object_tagging(Bucket=bucket, Key="lim", Tagging=_tag_set(ten))
     eleven = {f"k{i}": f"v{i}" for i in range(11)}
-    expect_error("BadRequest", 400, s3.put_object_tagging, Bucket=bucket, Key="lim", Tagging=_tag_set(eleven))
+    expect_error("InvalidTag", 400, s3.put_object_tagging, Bucket=bucket, Key="lim", Tagging=_tag_set(eleven))
     # The refused request changed nothing.
     assert tags_dict(s3.get_object_tagging(Bucket=bucket, Key="lim")["TagSet"]) == ten
 
     header = "&".join(f"k{i}=v{i}" for i in range(11))
-    expect_error("BadRequest", 400, s3.put_object, Bucket=bucket, Key="lim2", Body=b"x", Tagging=header)
+    expect_error("InvalidTag", 400, s3.put_object, Bucket=bucket, Key="lim2", Body=b"x", Tagging=header)
     expect_error("NoSuchKey", 404, s3.get_object, Bucket=bucket, Key="lim2")
 
 

@@ -10,11 +10,14 @@
 #   5. the conformance suite (pytest + boto3 + aws CLI, conformance/) against
 #      target/release/laneway, from a venv at .venv built from
 #      conformance/requirements.txt (and .venv-readers from
-#      conformance/readers/requirements.txt, for readers whose pins clash)
+#      conformance/readers/requirements.txt, for readers whose pins clash;
+#      and .venv-spark from conformance/readers/spark-requirements.txt with
+#      S3A's jars in .venv-spark/jars, for the Spark reader)
 #
 # Needs: a Rust toolchain with rustfmt, clippy and cargo-nextest; python3
 # (>= 3.9) with the venv module; network access to crates.io and PyPI the
-# first time. Nothing else.
+# first time. A Java runtime (17) for the Spark tests: without `java` the
+# Spark setup is skipped and test_spark.py skips, saying why. Nothing else.
 #
 # fmt and clippy findings do not stop the run (the tests still run, so one
 # CI run reports everything), but they make it fail at the end. A build
@@ -126,6 +129,47 @@ ensure_venv "$VENV" conformance/requirements.txt
 RVENV="$ROOT/.venv-readers"
 ensure_venv "$RVENV" conformance/readers/requirements.txt
 export LANEWAY_READERS_PYTHON="$RVENV/bin/python"
+
+# ensure_spark_jars VENV: hadoop-aws-3.3.1.jar and
+# aws-java-sdk-bundle-1.11.901.jar in VENV/jars, taken from the deps/jars/
+# folder of the sagemaker-pyspark 1.4.5 source distribution on PyPI (pip
+# download only: installing it would pin an old pyspark), and kept while
+# they match conformance/readers/spark-jars.sha256.
+ensure_spark_jars() {
+    local venv="$1"
+    local jars="$venv/jars" sums="$ROOT/conformance/readers/spark-jars.sha256"
+    local tmp="$venv/.jars-download"
+    step "S3A jars in ${jars#"$ROOT"/}"
+    if [[ -d "$jars" ]] && (cd "$jars" && sha256sum --quiet --strict -c "$sums") >/dev/null 2>&1; then
+        echo "up to date"
+        return
+    fi
+    rm -rf "$tmp" "$jars"
+    mkdir -p "$tmp" "$jars"
+    "$venv/bin/python" -m pip download --quiet --disable-pip-version-check \
+        --no-deps --no-binary :all: --dest "$tmp" sagemaker-pyspark==1.4.5
+    tar -xzf "$tmp"/sagemaker_pyspark-1.4.5.tar.gz -C "$tmp" \
+        sagemaker_pyspark-1.4.5/deps/jars/hadoop-aws-3.3.1.jar \
+        sagemaker_pyspark-1.4.5/deps/jars/aws-java-sdk-bundle-1.11.901.jar
+    mv "$tmp"/sagemaker_pyspark-1.4.5/deps/jars/*.jar "$jars"/
+    rm -rf "$tmp"
+    if ! (cd "$jars" && sha256sum --strict -c "$sums"); then
+        echo "error: the S3A jars in $jars do not match $sums" >&2
+        rm -rf "$jars"
+        exit 1
+    fi
+}
+
+# Spark (pyspark and its own py4j) gets its own venv too; test_spark.py
+# runs readers/spark_check.py with it. Without Java it would not start.
+SVENV="$ROOT/.venv-spark"
+if command -v java >/dev/null 2>&1 || [[ -x "${JAVA_HOME:-/nonexistent}/bin/java" ]]; then
+    ensure_venv "$SVENV" conformance/readers/spark-requirements.txt
+    ensure_spark_jars "$SVENV"
+    export LANEWAY_SPARK_PYTHON="$SVENV/bin/python"
+else
+    step "Spark venv: skipped, no java (test_spark.py skips; Debian: apt-get install openjdk-17-jre-headless)"
+fi
 
 step "pytest conformance/ (LANEWAY_BIN=$LANEWAY_BIN)"
 set +e

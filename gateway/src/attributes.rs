@@ -12,7 +12,9 @@
 //!   uploaded with a checksum, the part's checksum;
 //! - `StorageClass` is always STANDARD.
 //!
-//! The ETag is the object's (s3s serialises it quoted).
+//! The ETag is the object's, bare as on AWS: s3s serialises it quoted, and
+//! [`crate::reply`] takes the quotes off the responses marked
+//! [`crate::reply::BareETag`].
 
 use crate::checksum;
 use crate::composite;
@@ -105,7 +107,9 @@ pub async fn get_object_attributes(
         last_modified: Some(timestamp(info.mtime_ms)),
         ..Default::default()
     };
-    Ok(S3Response::new(out))
+    let mut resp = S3Response::new(out);
+    resp.extensions.insert(crate::reply::BareETag);
+    Ok(resp)
 }
 
 /// The object's checksum as GetObjectAttributes reports it: the value

@@ -12,8 +12,8 @@
 //!
 //! s3s verifies signatures itself; it only asks [`KeyAuth`] for the secret
 //! (unknown -> `InvalidAccessKeyId`). Then [`TenantAccess::check`] runs for
-//! every operation: anonymous -> AccessDenied; the time limits s3s does not
-//! enforce ([`crate::presign`]: presigned URLs at most seven days, SigV2
+//! every operation: anonymous -> AccessDenied; the SigV2 time limits s3s
+//! does not enforce ([`crate::presign`]: presigned URLs at most seven days,
 //! header signatures within 15 minutes of the clock); suspended tenant ->
 //! AccessDenied naming the suspension; the operation is classified by
 //! [`crate::opclass`] and a read-only key's writes, or a scoped key's
@@ -142,7 +142,6 @@ impl S3Access for TenantAccess {
         let Some(cred) = cx.credentials() else {
             return Err(GwError::AccessDenied.into());
         };
-        crate::presign::check_expiry(cx.uri().query())?;
         crate::presign::check_v2_time(
             cx.headers(),
             cx.uri().query(),

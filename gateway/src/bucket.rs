@@ -1,5 +1,5 @@
 //! Bucket operations: CreateBucket, DeleteBucket, HeadBucket, ListBuckets,
-//! GetBucketLocation.
+//! GetBucketLocation, GetBucketVersioning.
 //!
 //! Buckets belong to the requesting tenant: every lookup goes through the
 //! tenant's namespace in the store catalog, so a tenant can neither see nor
@@ -90,6 +90,19 @@ pub async fn get_bucket_location(
     Ok(S3Response::new(GetBucketLocationOutput {
         location_constraint,
     }))
+}
+
+/// GetBucketVersioning: buckets are never versioned, and S3 answers a
+/// bucket that never was with an empty `VersioningConfiguration` (no
+/// `Status`). Turning versioning on (PutBucketVersioning) stays s3s's
+/// `501 NotImplemented`.
+pub async fn get_bucket_versioning(
+    gw: &Gateway,
+    req: S3Request<GetBucketVersioningInput>,
+) -> GwResult<S3Response<GetBucketVersioningOutput>> {
+    let ctx = ReqCtx::of(&req)?;
+    gw.bucket(&ctx, &req.input.bucket)?;
+    Ok(S3Response::new(GetBucketVersioningOutput::default()))
 }
 
 /// ListBuckets.

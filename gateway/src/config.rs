@@ -409,7 +409,7 @@ mod tests {
         let cli = Cli::try_parse_from(args).map_err(|e| e.to_string())?;
         match cli.command {
             Command::Serve(a) => a.validate(),
-            Command::Admin(_) => Err("not serve".into()),
+            Command::Admin(_) | Command::Cluster(_) => Err("not serve".into()),
         }
     }
 

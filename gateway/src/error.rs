@@ -32,7 +32,7 @@ pub enum GwError {
     InvalidRequest(String),
     /// A tag key/value is invalid, or keys repeat.
     InvalidTag(String),
-    /// More tags than allowed (AWS answers `BadRequest`).
+    /// More tags than allowed (AWS answers `InvalidTag`).
     TooManyTags(usize),
     /// The XML body is structurally wrong.
     MalformedXml(String),
@@ -219,9 +219,8 @@ impl From<GwError> for S3Error {
             GwError::InvalidArgument(m) => msg(C::InvalidArgument, m),
             GwError::InvalidRequest(m) => msg(C::InvalidRequest, m),
             GwError::InvalidTag(m) => msg(C::InvalidTag, m),
-            GwError::TooManyTags(limit) => custom(
-                "BadRequest",
-                StatusCode::BAD_REQUEST,
+            GwError::TooManyTags(limit) => msg(
+                C::InvalidTag,
                 format!("Object tags cannot be greater than {limit}"),
             ),
             GwError::MalformedXml(m) => msg(C::MalformedXML, m),
@@ -476,7 +475,7 @@ mod tests {
         );
         assert_eq!(
             code_and_status(GwError::TooManyTags(10)),
-            ("BadRequest".into(), 400)
+            ("InvalidTag".into(), 400)
         );
         assert_eq!(
             code_and_status(GwError::NotModified(HeaderMap::new())),

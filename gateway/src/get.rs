@@ -15,7 +15,9 @@
 //! have is `416 InvalidPartNumber`.
 //!
 //! `response-content-type` and the other `response-*` overrides are applied
-//! by s3s on top of the headers set here.
+//! by s3s on top of the headers set here. Both answers carry
+//! `x-amz-tagging-count` for a tagged object, and with checksum mode the
+//! stored checksum with its `x-amz-checksum-type`.
 
 use crate::body;
 use crate::checksum;
@@ -239,7 +241,7 @@ pub async fn head_object(
         checksum::mode_enabled(input.checksum_mode.as_ref()),
         served.is_none(),
     );
-    Ok(S3Response::new(HeadObjectOutput {
+    let mut resp = S3Response::new(HeadObjectOutput {
         checksum_crc32: sums.crc32,
         checksum_crc32c: sums.crc32c,
         checksum_crc64nvme: sums.crc64nvme,
@@ -260,5 +262,11 @@ pub async fn head_object(
         expires: m.expires,
         metadata: m.user,
         ..Default::default()
-    }))
+    });
+    // s3s's HeadObjectOutput has no tag count; S3 sends it as on GET.
+    if let Some(n) = tag_count(&info.tags) {
+        resp.headers
+            .insert("x-amz-tagging-count", http::HeaderValue::from(n));
+    }
+    Ok(resp)
 }

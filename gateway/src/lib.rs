@@ -7,7 +7,7 @@
 //! operation to the module of its family:
 //!
 //! - [`bucket`]: CreateBucket, DeleteBucket, HeadBucket, ListBuckets,
-//!   GetBucketLocation
+//!   GetBucketLocation, GetBucketVersioning (always unversioned)
 //! - [`put`], [`get`], [`copy`], [`delete`]: object reads and writes;
 //!   [`post`] browser-form uploads (PostObject), [`attributes`]
 //!   GetObjectAttributes
@@ -31,7 +31,8 @@
 //! serves HTTPS (`--tls-cert/--tls-key`) and [`vhost`] virtual-hosted-style
 //! bucket addressing (`--domain`). [`conn`] bounds and times out the
 //! connections; [`post_form`] checks a form upload's signature before its
-//! file is read.
+//! file is read; [`reply`] finishes the XML documents s3s cannot write as
+//! S3 does (error ids, GetObjectAttributes' bare ETag).
 
 pub mod acl;
 pub mod admin;
@@ -64,6 +65,7 @@ pub mod presign;
 pub mod put;
 pub mod quota;
 pub mod range;
+pub mod reply;
 pub mod s3;
 pub mod serve;
 pub mod tagging;

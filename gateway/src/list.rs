@@ -5,10 +5,24 @@
 //! different way to say where to resume (continuation token, marker, key
 //! marker; see [`crate::token`]) and a different response shape. `max-keys`
 //! defaults to 1000 and is clamped to 1000 as AWS does; 0 returns an empty,
-//! untruncated page without asking the store. `encoding-type=url`
-//! percent-encodes keys, prefixes, delimiter and start-after in the
-//! response (`/` and unreserved characters stay literal, `+` becomes
-//! `%2B`, so botocore's `unquote_plus` round-trips every key).
+//! untruncated page without asking the store. An empty continuation
+//! token is no token, as on S3.
+//!
+//! `encoding-type=url` encodes, as S3 does, exactly these response fields
+//! (everything else, such as the continuation tokens, stays as it is):
+//!
+//! - ListObjectsV2: `Key`, `CommonPrefixes/Prefix`, `Prefix`, `Delimiter`,
+//!   `StartAfter` (the API reference's list);
+//! - ListObjects (v1): `Key`, `CommonPrefixes/Prefix`, `Delimiter`,
+//!   `Marker`, `NextMarker`, but not the top-level `Prefix`, which S3
+//!   echoes as sent (and botocore, which asks for the encoding on its own,
+//!   decodes exactly these five);
+//! - ListObjectVersions: `Key`, `CommonPrefixes/Prefix`, `Prefix`,
+//!   `Delimiter`, `KeyMarker`, `NextKeyMarker`.
+//!
+//! The encoding is S3's form encoding: a space becomes `+`, `/` and the
+//! unreserved characters stay literal, anything else (a `+` too) is
+//! `%XX`, so botocore's `unquote_plus` round-trips every key.
 
 use crate::context::{Gateway, ReqCtx};
 use crate::error::{GwError, GwResult};
@@ -42,7 +56,10 @@ struct Listing {
 impl Listing {
     fn enc(&self, s: &str) -> String {
         if self.url {
-            utf8_percent_encode(s, URL_ENCODE).to_string()
+            // A space is the only source of `%20` (a `%` is `%25`).
+            utf8_percent_encode(s, URL_ENCODE)
+                .to_string()
+                .replace("%20", "+")
         } else {
             s.to_string()
         }
@@ -136,6 +153,12 @@ fn non_empty(s: Option<String>) -> Option<String> {
     s.filter(|s| !s.is_empty())
 }
 
+/// The continuation token of a ListObjectsV2 request: an empty one is
+/// none, as on S3.
+fn continuation_token(input: &ListObjectsV2Input) -> Option<String> {
+    non_empty(input.continuation_token.clone())
+}
+
 fn count(n: usize) -> GwResult<i32> {
     i32::try_from(n).map_err(|_| GwError::Internal(format!("count {n} does not fit in i32")))
 }
@@ -150,7 +173,8 @@ pub async fn list_objects_v2(
     let bucket = gw.bucket(&ctx, &input.bucket)?;
     let prefix = input.prefix.clone().unwrap_or_default();
     let delimiter = non_empty(input.delimiter.clone());
-    let resume = match input.continuation_token.as_deref() {
+    let continuation = continuation_token(&input);
+    let resume = match continuation.as_deref() {
         Some(t) => token::decode(t)?,
         None => token::from_marker(input.start_after.as_deref(), &prefix, delimiter.as_deref()),
     };
@@ -172,7 +196,7 @@ pub async fn list_objects_v2(
         delimiter: listing.enc_opt(listing.delimiter.as_deref()),
         max_keys: Some(count(listing.max_keys)?),
         key_count: Some(key_count),
-        continuation_token: input.continuation_token,
+        continuation_token: continuation,
         next_continuation_token: page
             .next
             .as_ref()
@@ -214,7 +238,8 @@ pub async fn list_objects(
         .and_then(token::to_marker);
     Ok(S3Response::new(ListObjectsOutput {
         name: Some(input.bucket),
-        prefix: Some(listing.enc(&listing.prefix)),
+        // v1 echoes its Prefix as sent, also under encoding-type=url.
+        prefix: Some(listing.prefix.clone()),
         delimiter: listing.enc_opt(listing.delimiter.as_deref()),
         marker: Some(listing.enc(input.marker.as_deref().unwrap_or_default())),
         next_marker: listing.enc_opt(next_marker.as_deref()),
@@ -304,7 +329,7 @@ mod tests {
     }
 
     #[test]
-    fn url_encoding_keeps_slashes_and_escapes_plus_and_spaces() {
+    fn url_encoding_is_form_encoding_keeping_slashes() {
         let l = Listing {
             prefix: String::new(),
             delimiter: None,
@@ -312,7 +337,8 @@ mod tests {
             max_keys: 1,
             url: true,
         };
-        assert_eq!(l.enc("a b+c/d~e_f-g.h"), "a%20b%2Bc/d~e_f-g.h");
+        assert_eq!(l.enc("a b+c/d~e_f-g.h"), "a+b%2Bc/d~e_f-g.h");
+        assert_eq!(l.enc("100% done\n"), "100%25+done%0A");
         assert_eq!(l.enc("ü"), "%C3%BC");
         assert!(matches!(
             url_encoding(Some(&EncodingType::from_static("bogus"))),

@@ -1,8 +1,8 @@
 //! Object metadata between S3 headers and the store's [`ObjectMeta`], and
 //! the time and size conversions every handler needs.
 //!
-//! Stored: Content-Type, Content-Encoding (without the `aws-chunked`
-//! transfer token, which describes the upload, not the object),
+//! Stored: Content-Type, Content-Encoding (as sent, less an `aws-chunked`
+//! member, which describes the upload, not the object),
 //! Content-Disposition, Content-Language, Cache-Control, Expires (as an
 //! HTTP date string) and `x-amz-meta-*` pairs (lower-cased names, sorted so
 //! the record is deterministic). User metadata is limited to 2 KB (names
@@ -82,17 +82,24 @@ impl MetaInput {
     }
 }
 
-/// Content-Encoding without the `aws-chunked` token (None when nothing is left).
+/// Content-Encoding as the client sent it, less an `aws-chunked` member
+/// (which describes the upload, not the object); None when nothing is
+/// left. Without such a member the value is kept byte for byte
+/// (`deflate, gzip` stays `deflate, gzip`).
 pub fn strip_aws_chunked(value: &str) -> Option<String> {
+    let is_chunked = |t: &str| t.trim().eq_ignore_ascii_case("aws-chunked");
+    if !value.split(',').any(is_chunked) {
+        return Some(value.to_string()).filter(|v| !v.trim().is_empty());
+    }
     let kept: Vec<&str> = value
         .split(',')
         .map(str::trim)
-        .filter(|t| !t.is_empty() && !t.eq_ignore_ascii_case("aws-chunked"))
+        .filter(|t| !t.is_empty() && !is_chunked(t))
         .collect();
     if kept.is_empty() {
         None
     } else {
-        Some(kept.join(","))
+        Some(kept.join(", "))
     }
 }
 
@@ -180,8 +187,22 @@ mod tests {
     fn aws_chunked_is_not_a_stored_encoding() {
         assert_eq!(strip_aws_chunked("aws-chunked"), None);
         assert_eq!(strip_aws_chunked("gzip,aws-chunked"), Some("gzip".into()));
+        assert_eq!(strip_aws_chunked("gzip, aws-chunked"), Some("gzip".into()));
         assert_eq!(strip_aws_chunked("aws-chunked, gzip"), Some("gzip".into()));
+        assert_eq!(
+            strip_aws_chunked("deflate, aws-chunked,gzip"),
+            Some("deflate, gzip".into())
+        );
         assert_eq!(strip_aws_chunked("gzip"), Some("gzip".into()));
+        assert_eq!(
+            strip_aws_chunked("deflate, gzip"),
+            Some("deflate, gzip".into())
+        );
+        assert_eq!(
+            strip_aws_chunked("deflate,gzip"),
+            Some("deflate,gzip".into())
+        );
+        assert_eq!(strip_aws_chunked(""), None);
     }
 
     #[test]

@@ -81,6 +81,7 @@ pub async fn post_object(
         checksum_crc64nvme: put.checksum_crc64nvme,
         checksum_sha1: put.checksum_sha1,
         checksum_sha256: put.checksum_sha256,
+        checksum_type: put.checksum_type,
         e_tag: put.e_tag.clone(),
         ..Default::default()
     });

@@ -1,9 +1,13 @@
 //! Time limits of signed requests that s3s does not enforce itself.
 //!
-//! - SigV4 presigned URLs: AWS refuses an `X-Amz-Expires` above seven days
-//!   (604,800 s) with `400 AuthorizationQueryParametersError`, whatever the
-//!   signature says. (s3s checks the expiry time itself: an expired URL is
-//!   `403 AccessDenied`.)
+//! - SigV4 presigned URLs: AWS refuses an `X-Amz-Expires` that is not a
+//!   number or is above seven days (604,800 s) with `400
+//!   AuthorizationQueryParametersError`, whatever the signature says, and
+//!   a negative one (a URL whose validity ended before it was signed, as
+//!   s3-tests' "authenticated_expired" cases send) as expired: `403
+//!   AccessDenied` "Request has expired" ([`check_expires_param`], run by
+//!   `serve` before s3s). s3s checks the expiry time itself: a URL whose
+//!   time is up is the same 403.
 //! - SigV2 presigned URLs (`AWSAccessKeyId`, `Expires`, `Signature`): s3s
 //!   refuses an `Expires` in the past, but not one decades ahead, which
 //!   would make a leaked URL a permanent credential. The same seven days
@@ -15,8 +19,8 @@
 //!   [`MAX_SKEW_SECS`] (15 minutes) of the server clock, else `403
 //!   RequestTimeTooSkewed`.
 //!
-//! These checks run in the access step, after the signature verified, so
-//! they only ever speak to a caller who holds the key.
+//! The SigV2 checks run in the access step, after the signature verified,
+//! so they only ever speak to a caller who holds the key.
 
 use crate::error::{GwError, GwResult};
 use http::HeaderMap;
@@ -38,8 +42,15 @@ fn query_param<'q>(query: &'q str, name: &str) -> Option<&'q str> {
         .map(|(_, v)| v)
 }
 
-/// Refuse a presigned URL valid for longer than [`MAX_EXPIRES_SECS`].
-pub fn check_expiry(query: Option<&str>) -> GwResult<()> {
+/// Refuse a SigV4 presigned URL whose `X-Amz-Expires` is not a number or
+/// is above [`MAX_EXPIRES_SECS`], with AWS's `400
+/// AuthorizationQueryParametersError` and its wording, and one that is
+/// negative as expired (`403 AccessDenied` "Request has expired"). Runs
+/// before s3s, which would answer the first and the last with
+/// `InvalidRequest` ("missing presigned url v4 fields"), as AWS checks the
+/// parameter before the signature; a URL whose time is up is s3s's own
+/// `403 AccessDenied` "Request has expired".
+pub fn check_expires_param(query: Option<&str>) -> GwResult<()> {
     let Some(query) = query else {
         return Ok(());
     };
@@ -48,12 +59,17 @@ pub fn check_expiry(query: Option<&str>) -> GwResult<()> {
         .filter_map(|pair| pair.split_once('='))
         .find(|(k, _)| k.eq_ignore_ascii_case("X-Amz-Expires"))
         .map(|(_, v)| v);
-    match expires.map(str::parse::<u64>) {
-        None => Ok(()),
-        Some(Ok(secs)) if secs <= MAX_EXPIRES_SECS => Ok(()),
-        Some(_) => Err(GwError::AuthorizationQueryParameters(format!(
+    let Some(expires) = expires else {
+        return Ok(());
+    };
+    let refuse = |why: String| Err(GwError::AuthorizationQueryParameters(why));
+    match expires.parse::<i64>() {
+        Err(_) => refuse("X-Amz-Expires should be a number".into()),
+        Ok(secs) if secs < 0 => Err(GwError::RequestExpired),
+        Ok(secs) if secs.unsigned_abs() > MAX_EXPIRES_SECS => refuse(format!(
             "X-Amz-Expires must be less than a week (in seconds) that is {MAX_EXPIRES_SECS}"
-        ))),
+        )),
+        Ok(_) => Ok(()),
     }
 }
 
@@ -143,23 +159,25 @@ mod tests {
     use http::HeaderValue;
 
     #[test]
-    fn expiry_is_at_most_a_week() {
-        assert!(check_expiry(None).is_ok());
-        assert!(check_expiry(Some("list-type=2")).is_ok());
-        assert!(check_expiry(Some("X-Amz-Algorithm=AWS4&X-Amz-Expires=604800")).is_ok());
-        for bad in [
-            "X-Amz-Expires=604801",
-            "X-Amz-Expires=-1",
-            "X-Amz-Expires=abc",
+    fn expires_parameter_is_a_number_within_a_week() {
+        let check = |q: &str| check_expires_param(Some(q));
+        assert!(check_expires_param(None).is_ok());
+        assert!(check("list-type=2").is_ok());
+        assert!(check("X-Amz-Algorithm=AWS4&X-Amz-Expires=604800").is_ok());
+        assert!(check("X-Amz-Expires=0").is_ok());
+        for (bad, why) in [
+            ("X-Amz-Expires=604801", "less than a week"),
+            ("X-Amz-Expires=abc", "should be a number"),
         ] {
-            assert!(
-                matches!(
-                    check_expiry(Some(bad)),
-                    Err(GwError::AuthorizationQueryParameters(_))
-                ),
-                "{bad}"
-            );
+            match check(bad) {
+                Err(GwError::AuthorizationQueryParameters(m)) => assert!(m.contains(why), "{m}"),
+                other => panic!("{bad}: {other:?}"),
+            }
         }
+        assert!(matches!(
+            check("X-Amz-Expires=-1000"),
+            Err(GwError::RequestExpired)
+        ));
     }
 
     fn at(unix: i64) -> OffsetDateTime {

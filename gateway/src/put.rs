@@ -190,8 +190,10 @@ pub async fn store_upload(
     Ok(out)
 }
 
-/// Return the verified checksum, as S3 does.
+/// Return the verified checksum and its type, as S3 does (a single
+/// request's checksum covers the whole object: FULL_OBJECT).
 fn echo_checksum(out: &mut PutObjectOutput, algo: Algo, value: String) {
+    out.checksum_type = Some(ChecksumType::from_static(ChecksumType::FULL_OBJECT));
     let slot = match algo {
         Algo::Crc32 => &mut out.checksum_crc32,
         Algo::Crc32c => &mut out.checksum_crc32c,

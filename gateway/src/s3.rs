@@ -31,6 +31,7 @@ ops! {
     head_bucket: bucket, HeadBucketInput => HeadBucketOutput;
     list_buckets: bucket, ListBucketsInput => ListBucketsOutput;
     get_bucket_location: bucket, GetBucketLocationInput => GetBucketLocationOutput;
+    get_bucket_versioning: bucket, GetBucketVersioningInput => GetBucketVersioningOutput;
 
     put_object: put, PutObjectInput => PutObjectOutput;
     post_object: post, PostObjectInput => PostObjectOutput;

@@ -14,11 +14,15 @@
 //! Every accepted connection takes a place in the bounded connection
 //! table and runs under its watchdog (header, idle and stall deadlines,
 //! eviction when the table is full: [`crate::conn`]); a failed accept
-//! backs off. Every request gets an id (returned as `x-amz-request-id`)
-//! and a tracing span carrying it, the method, the path (never the query
-//! string, which can hold presigned signatures) and, once authenticated,
-//! the tenant. A browser-form upload first passes the form gate
-//! ([`crate::post_form`]: signature checked before the file is read).
+//! backs off. Every request gets an id (returned as `x-amz-request-id`,
+//! next to the process's host id as `x-amz-id-2`; error documents name
+//! both, [`crate::reply`]) and a tracing span carrying it, the method,
+//! the path (never the query string, which can hold presigned
+//! signatures) and, once authenticated, the tenant. A presigned URL's
+//! `X-Amz-Expires` is checked first
+//! ([`crate::presign::check_expires_param`]). A browser-form upload then
+//! passes the form gate ([`crate::post_form`]: signature checked before
+//! the file is read).
 //! Then it goes through the lanes ([`crate::lanes::LaneGate`]: fair-share
 //! admission, paced bodies, metrics) into s3s. The errors s3s raises itself
 //! for a browser-form upload's POST policy are given AWS's codes on the way
@@ -39,6 +43,7 @@ use crate::context::{Gateway, RequestInfo};
 use crate::lanes::{LaneGate, LaneState};
 use crate::names::BucketNames;
 use crate::post_form::FormGate;
+use base64::Engine as _;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
@@ -96,10 +101,13 @@ const COMPACT_EVERY: std::time::Duration = std::time::Duration::from_secs(300);
 /// Share of dead bytes at which a sealed segment is rewritten.
 const COMPACT_MIN_GARBAGE: f64 = 0.5;
 
-/// Request ids: a per-process prefix and a counter, as 16 hex digits.
+/// Request ids: a per-process prefix and a counter, as 16 hex digits;
+/// and the process's host id (`x-amz-id-2`, `<HostId>`): base64 of its
+/// boot prefix and process id, the same for every response it sends.
 struct RequestIds {
     boot: u64,
     next: AtomicU64,
+    host: String,
 }
 
 impl RequestIds {
@@ -108,9 +116,12 @@ impl RequestIds {
             .duration_since(UNIX_EPOCH)
             .map(|d| d.subsec_nanos())
             .unwrap_or(0);
+        let mut raw = nanos.to_be_bytes().to_vec();
+        raw.extend_from_slice(&std::process::id().to_be_bytes());
         RequestIds {
             boot: u64::from(nanos),
             next: AtomicU64::new(1),
+            host: base64::engine::general_purpose::STANDARD.encode(raw),
         }
     }
 
@@ -395,8 +406,10 @@ fn serve_one(
     }));
 }
 
-/// One request: id, span, the form gate for a browser-form upload, the
-/// lanes and the s3s service behind them, the request-id header; the
+/// One request: id, span, the presigned-URL expiry parameter
+/// ([`crate::presign::check_expires_param`]), the form gate for a
+/// browser-form upload, the lanes and the s3s service behind them, the
+/// request and host id headers; the
 /// response body holds the request's place on its connection.
 async fn handle(
     shared: Shared,
@@ -418,56 +431,72 @@ async fn handle(
     let is_head = req.method() == http::Method::HEAD;
     let form_post = crate::post::is_form_post(req.method(), req.headers());
     let started = Instant::now();
-    let (mut req, body) = crate::unread::watch(req, shared.stall);
-    let mut result = if form_post {
-        match shared.forms.admit(&mut req).instrument(span.clone()).await {
-            // The permit (the file's memory) is held until s3s has read
-            // the file and the handler has stored it.
-            Ok(_permit) => {
-                let result = shared
-                    .gate
-                    .call(&shared.service, req, &id)
-                    .instrument(span.clone())
-                    .await;
-                // s3s checks POST policies before any handler runs; give
-                // its refusals AWS's codes.
-                match result {
-                    Ok(resp) => Ok(crate::post::recode_policy_error(resp).await),
-                    Err(e) => Err(e),
-                }
-            }
-            Err(e) => refusal(e),
-        }
-    } else {
-        shared
-            .gate
-            .call(&shared.service, req, &id)
-            .instrument(span.clone())
-            .await
+    let (req, body) = crate::unread::watch(req, shared.stall);
+    let ids = crate::reply::Ids {
+        request: &id,
+        host: &shared.ids.host,
     };
+    let mut result = dispatch(&shared, req, ids, form_post)
+        .instrument(span.clone())
+        .await;
     let _enter = span.enter();
     match &mut result {
         Ok(resp) => {
             body.close_if_unread(resp.headers_mut());
-            finish(resp, &id, is_head, started);
+            finish(resp, ids, is_head, started);
         }
         Err(e) => tracing::warn!(error = ?e, "request error"),
     }
     result.map(|resp| resp.map(|b| ConnBody::new(b, flight)))
 }
 
+/// The answer to one request: refused at once for a bad
+/// `X-Amz-Expires`, a browser-form upload through the form gate, then the
+/// lanes and s3s (which finish their answers' documents,
+/// [`crate::reply`]; the ones given here are finished here).
+async fn dispatch(
+    shared: &Shared,
+    mut req: http::Request<crate::unread::Watched>,
+    ids: crate::reply::Ids<'_>,
+    form_post: bool,
+) -> Result<HttpResponse, HttpError> {
+    if let Err(e) = crate::presign::check_expires_param(req.uri().query()) {
+        return refusal(e, ids);
+    }
+    if !form_post {
+        return shared.gate.call(&shared.service, req, ids).await;
+    }
+    // The permit (the file's memory) is held until s3s has read the file
+    // and the handler has stored it.
+    let _permit = match shared.forms.admit(&mut req).await {
+        Ok(permit) => permit,
+        Err(e) => return refusal(e, ids),
+    };
+    let resp = shared.gate.call(&shared.service, req, ids).await?;
+    // s3s checks POST policies before any handler runs; give its
+    // refusals AWS's codes.
+    let resp = crate::post::recode_policy_error(resp).await;
+    Ok(crate::reply::finish(resp, ids))
+}
+
 /// The error response for a request refused in front of s3s.
-fn refusal(e: crate::error::GwError) -> Result<HttpResponse, HttpError> {
-    tracing::debug!(error = ?e, "form upload refused before its file was read");
+fn refusal(
+    e: crate::error::GwError,
+    ids: crate::reply::Ids<'_>,
+) -> Result<HttpResponse, HttpError> {
+    tracing::debug!(error = ?e, "request refused in front of s3s");
     s3s::S3Error::from(e)
         .to_http_response()
+        .map(|resp| crate::reply::finish(resp, ids))
         .map_err(|e| HttpError::new(Box::new(e)))
 }
 
-/// Add the request id, fix up a ranged HEAD, log the outcome.
-fn finish(resp: &mut HttpResponse, id: &str, is_head: bool, started: Instant) {
-    if let Ok(v) = http::HeaderValue::from_str(id) {
-        resp.headers_mut().insert("x-amz-request-id", v);
+/// Add the request and host ids, fix up a ranged HEAD, log the outcome.
+fn finish(resp: &mut HttpResponse, ids: crate::reply::Ids<'_>, is_head: bool, started: Instant) {
+    for (name, value) in [("x-amz-request-id", ids.request), ("x-amz-id-2", ids.host)] {
+        if let Ok(v) = http::HeaderValue::from_str(value) {
+            resp.headers_mut().insert(name, v);
+        }
     }
     // s3s always answers HEAD with 200; a ranged HEAD is 206 on S3.
     if is_head

@@ -2,8 +2,8 @@
 //! Put/Get/DeleteBucketTagging, and the `x-amz-tagging` header of PUT and
 //! CopyObject.
 //!
-//! Limits, as AWS applies them: at most 10 tags per object (more is
-//! `BadRequest`) and 50 per bucket; keys 1..=128 characters, values
+//! Limits, as AWS applies them: at most 10 tags per object and 50 per
+//! bucket (more is `InvalidTag`); keys 1..=128 characters, values
 //! 0..=256 characters (counted in Unicode scalar values), keys unique, and
 //! the `aws:` key prefix reserved (all `InvalidTag`). Tag updates are
 //! metadata-only in the store.

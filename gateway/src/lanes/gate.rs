@@ -12,7 +12,10 @@
 //!    `503 SlowDown` at once and nothing reaches s3s or the store;
 //! 3. call s3s with the request body; the permit is held while s3s and
 //!    the handler work;
-//! 4. send the response body; the permit is dropped when it ends.
+//! 4. finish the answer's XML document while it is one buffer
+//!    ([`crate::reply::finish`]: error ids, a bare ETag), the refusal's
+//!    too;
+//! 5. send the response body; the permit is dropped when it ends.
 //!
 //! Copies move their bytes inside the store; the gate leaves a
 //! [`LaneMeter`] in the request's extensions so the copy handlers pace
@@ -51,6 +54,7 @@ use super::trust::ConnTrust;
 use super::{ANONYMOUS, LaneState, key, op, slowdown};
 use crate::auth::KeyCache;
 use crate::metrics::OpSeries;
+use crate::reply::{self, Ids};
 use crate::unread::Watched;
 
 /// The lanes layer: shared state plus the key lookups it needs.
@@ -84,17 +88,18 @@ impl LaneGate {
         LaneGate { state, keys }
     }
 
-    /// Serves one request through the lanes and `service`.
+    /// Serves one request (whose ids are `ids`) through the lanes and
+    /// `service`.
     pub async fn call(
         &self,
         service: &S3Service,
         req: Request<Watched>,
-        request_id: &str,
+        ids: Ids<'_>,
     ) -> Result<HttpResponse, HttpError> {
         let caller = self.caller(&req);
         let permit = match self.admit(&caller).await {
             Ok(p) => p,
-            Err(o) => return Ok(self.refuse(&caller, &o, request_id)),
+            Err(o) => return Ok(reply::finish(self.refuse(&caller, &o, ids.request), ids)),
         };
         // The admitted request runs as a fresh turn of the runtime, at the
         // back of its queue, not in the poll that parsed it: see
@@ -112,7 +117,7 @@ impl LaneGate {
         req.extensions_mut().insert(meter);
         let result = service.call(req).await;
         match result {
-            Ok(resp) => Ok(self.respond(resp, caller, &held)),
+            Ok(resp) => Ok(self.respond(reply::finish(resp, ids), caller, &held)),
             Err(e) => {
                 drop(held.lock().take());
                 caller.series.error("InternalError");
