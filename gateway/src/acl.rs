@@ -77,14 +77,14 @@ pub async fn get_bucket_acl(
     req: S3Request<GetBucketAclInput>,
 ) -> GwResult<S3Response<GetBucketAclOutput>> {
     let ctx = ReqCtx::of(&req)?;
-    gw.bucket(&ctx, &req.input.bucket)?;
+    gw.bucket(&ctx, &req.input.bucket).await?;
     let (owner, grants) = full_control(&ctx.tenant);
     Ok(S3Response::new(GetBucketAclOutput { owner, grants }))
 }
 
 /// The object an object-ACL call names must exist (NoSuchKey otherwise),
 /// as the only version there is ("null").
-fn existing_object(
+async fn existing_object(
     gw: &Gateway,
     ctx: &ReqCtx,
     bucket: &str,
@@ -93,8 +93,8 @@ fn existing_object(
 ) -> GwResult<()> {
     check_key(key)?;
     crate::get::check_version_id(version)?;
-    let bucket = gw.bucket(ctx, bucket)?;
-    gw.store().head_object(&bucket, key)?;
+    let bucket = gw.bucket(ctx, bucket).await?;
+    gw.store().head_object(&bucket, key).await?;
     Ok(())
 }
 
@@ -111,7 +111,8 @@ pub async fn get_object_acl(
         &input.bucket,
         &input.key,
         input.version_id.as_deref(),
-    )?;
+    )
+    .await?;
     let (owner, grants) = full_control(&ctx.tenant);
     Ok(S3Response::new(GetObjectAclOutput {
         owner,
@@ -127,7 +128,7 @@ pub async fn put_bucket_acl(
 ) -> GwResult<S3Response<PutBucketAclOutput>> {
     let ctx = ReqCtx::of(&req)?;
     let input = &req.input;
-    gw.bucket(&ctx, &input.bucket)?;
+    gw.bucket(&ctx, &input.bucket).await?;
     check_bucket_acl(input.acl.as_ref())?;
     check_no_grants(&[
         input.access_control_policy.is_some(),
@@ -153,7 +154,8 @@ pub async fn put_object_acl(
         &input.bucket,
         &input.key,
         input.version_id.as_deref(),
-    )?;
+    )
+    .await?;
     check_object_acl(input.acl.as_ref())?;
     check_no_grants(&[
         input.access_control_policy.is_some(),

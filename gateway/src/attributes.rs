@@ -86,8 +86,8 @@ pub async fn get_object_attributes(
         max: page_size(input.max_parts, "max-parts")?,
         marker: part_marker(input.part_number_marker)?,
     };
-    let bucket = gw.bucket(&ctx, &input.bucket)?;
-    let (info, parts) = gw.store().object_with_parts(&bucket, &input.key)?;
+    let bucket = gw.bucket(&ctx, &input.bucket).await?;
+    let (info, parts) = gw.store().object_with_parts(&bucket, &input.key).await?;
     let out = GetObjectAttributesOutput {
         e_tag: wanted.etag.then(|| etag(&info)),
         checksum: wanted.checksum.then(|| object_checksum(&info)).flatten(),

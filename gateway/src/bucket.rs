@@ -45,7 +45,8 @@ pub async fn create_bucket(
         )));
     }
     gw.store()
-        .create_bucket(&ctx.tenant, &input.bucket, gw.region())?;
+        .create_bucket(&ctx.tenant, &input.bucket, gw.region())
+        .await?;
     tracing::info!(bucket = %input.bucket, "bucket created");
     Ok(S3Response::new(CreateBucketOutput {
         location: Some(format!("/{}", input.bucket)),
@@ -71,7 +72,7 @@ pub async fn head_bucket(
     req: S3Request<HeadBucketInput>,
 ) -> GwResult<S3Response<HeadBucketOutput>> {
     let ctx = ReqCtx::of(&req)?;
-    let bucket = gw.bucket(&ctx, &req.input.bucket)?;
+    let bucket = gw.bucket(&ctx, &req.input.bucket).await?;
     Ok(S3Response::new(HeadBucketOutput {
         bucket_region: Some(bucket.region),
         ..Default::default()
@@ -84,7 +85,7 @@ pub async fn get_bucket_location(
     req: S3Request<GetBucketLocationInput>,
 ) -> GwResult<S3Response<GetBucketLocationOutput>> {
     let ctx = ReqCtx::of(&req)?;
-    let bucket = gw.bucket(&ctx, &req.input.bucket)?;
+    let bucket = gw.bucket(&ctx, &req.input.bucket).await?;
     let location_constraint =
         (bucket.region != "us-east-1").then(|| BucketLocationConstraint::from(bucket.region));
     Ok(S3Response::new(GetBucketLocationOutput {
@@ -101,7 +102,7 @@ pub async fn get_bucket_versioning(
     req: S3Request<GetBucketVersioningInput>,
 ) -> GwResult<S3Response<GetBucketVersioningOutput>> {
     let ctx = ReqCtx::of(&req)?;
-    gw.bucket(&ctx, &req.input.bucket)?;
+    gw.bucket(&ctx, &req.input.bucket).await?;
     Ok(S3Response::new(GetBucketVersioningOutput::default()))
 }
 
@@ -127,7 +128,8 @@ pub async fn list_buckets(
     let prefix = input.prefix.clone().unwrap_or_default();
     let mut all: Vec<BucketInfo> = gw
         .store()
-        .list_buckets(&ctx.tenant)?
+        .list_buckets(&ctx.tenant)
+        .await?
         .into_iter()
         .filter(|b| ctx.scope.allows(&b.name))
         .filter(|b| b.name.starts_with(&prefix))

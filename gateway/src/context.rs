@@ -9,22 +9,23 @@
 
 use crate::error::{GwError, GwResult};
 use crate::quota::Quotas;
-use laneway_store::{BucketInfo, Store, TenantId};
+use laneway_store::{BucketInfo, StoreClient, TenantId};
 use laneway_tenancy::Limits;
 use s3s::S3Request;
 use std::sync::Arc;
 
-/// The S3 front door: the store and this gateway's settings.
+/// The S3 front door: the store (in process or remote, through one
+/// trait) and this gateway's settings.
 #[derive(Clone)]
 pub struct Gateway {
-    store: Arc<Store>,
+    store: Arc<dyn StoreClient>,
     region: String,
     quotas: Arc<Quotas>,
 }
 
 impl Gateway {
     /// A gateway over `store` answering for `region`.
-    pub fn new(store: Arc<Store>, region: String) -> Gateway {
+    pub fn new(store: Arc<dyn StoreClient>, region: String) -> Gateway {
         Gateway {
             store,
             region,
@@ -38,8 +39,8 @@ impl Gateway {
     }
 
     /// The store.
-    pub fn store(&self) -> &Arc<Store> {
-        &self.store
+    pub fn store(&self) -> &dyn StoreClient {
+        self.store.as_ref()
     }
 
     /// The region buckets are created in.
@@ -48,8 +49,8 @@ impl Gateway {
     }
 
     /// The tenant's bucket `name` (NoSuchBucket when it has none).
-    pub fn bucket(&self, ctx: &ReqCtx, name: &str) -> GwResult<BucketInfo> {
-        Ok(self.store.bucket(&ctx.tenant, name)?)
+    pub async fn bucket(&self, ctx: &ReqCtx, name: &str) -> GwResult<BucketInfo> {
+        Ok(self.store.bucket(&ctx.tenant, name).await?)
     }
 }
 

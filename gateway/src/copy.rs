@@ -142,8 +142,8 @@ pub async fn copy_object(
     check_key(&input.key)?;
     crate::acl::check_object_acl(input.acl.as_ref())?;
     let (src_bucket, src_key) = source_of(&input.copy_source)?;
-    let dst = gw.bucket(&ctx, &input.bucket)?;
-    let src = gw.bucket(&ctx, src_bucket)?;
+    let dst = gw.bucket(&ctx, &input.bucket).await?;
+    let src = gw.bucket(&ctx, src_bucket).await?;
     let replace_meta = replaces(
         input
             .metadata_directive
@@ -182,7 +182,7 @@ pub async fn copy_object(
                     .into(),
             ));
         };
-        let current = gw.store().head_object(&src, src_key)?;
+        let current = gw.store().head_object(&src, src_key).await?;
         check_source(&conds, &current)?;
         check_self_cond(&dest_cond, &current)?;
         let info = gw
@@ -192,7 +192,7 @@ pub async fn copy_object(
         return Ok(output(&info));
     }
 
-    let (info, stream) = gw.store().get_object(&src, src_key, None)?;
+    let (info, stream) = gw.store().get_object(&src, src_key, None).await?;
     check_source(&conds, &info)?;
     if info.size > MAX_PUT_BYTES {
         return Err(GwError::InvalidRequest(format!(
@@ -214,10 +214,10 @@ pub async fn copy_object(
         bytes: info.size,
         objects: 1,
     };
-    let reserved = gw.quotas().reserve(gw.store(), &ctx, write)?;
+    let reserved = gw.quotas().reserve(gw.store(), &ctx, write).await?;
     let stored = gw
         .store()
-        .put_object_if(&dst, &input.key, meta, opts, stream, dest_cond)
+        .put_object(&dst, &input.key, meta, opts, stream, dest_cond)
         .await
         .map_err(|e| {
             if source_failed.load(Ordering::Relaxed) {

@@ -35,9 +35,9 @@ pub async fn delete_object(
     let input = req.input;
     check_key(&input.key)?;
     check_version_id(input.version_id.as_deref())?;
-    let bucket = gw.bucket(&ctx, &input.bucket)?;
+    let bucket = gw.bucket(&ctx, &input.bucket).await?;
     if let Some(cond) = input.if_match.as_ref().and_then(ETagCondition::as_etag) {
-        let current = gw.store().head_object(&bucket, &input.key)?;
+        let current = gw.store().head_object(&bucket, &input.key).await?;
         if cond.value() != current.etag {
             return Err(GwError::PreconditionFailed);
         }
@@ -88,7 +88,7 @@ pub async fn delete_objects(
 ) -> GwResult<S3Response<DeleteObjectsOutput>> {
     let ctx = ReqCtx::of(&req)?;
     let input = req.input;
-    let bucket = gw.bucket(&ctx, &input.bucket)?;
+    let bucket = gw.bucket(&ctx, &input.bucket).await?;
     let ids = input.delete.objects;
     if ids.is_empty() || ids.len() > MAX_DELETE_KEYS {
         return Err(GwError::MalformedXml(format!(

@@ -60,7 +60,7 @@ pub fn check_version_id(version_id: Option<&str>) -> GwResult<()> {
 }
 
 /// Read `range` of `key` consistently (see the module doc).
-fn read_range(
+async fn read_range(
     gw: &Gateway,
     bucket: &BucketInfo,
     key: &str,
@@ -68,10 +68,10 @@ fn read_range(
     range: &Range,
 ) -> GwResult<(ObjectInfo, GetRange, BodyStream)> {
     for _ in 0..RANGE_ATTEMPTS {
-        let info = gw.store().head_object(bucket, key)?;
+        let info = gw.store().head_object(bucket, key).await?;
         enforce(conds.evaluate(&info.etag, info.mtime_ms), &info)?;
         let r = range::resolve(range, info.size)?;
-        match gw.store().get_object(bucket, key, Some(r)) {
+        match gw.store().get_object(bucket, key, Some(r)).await {
             Ok((got, stream)) if got.etag == info.etag => return Ok((got, r, stream)),
             Ok(_) | Err(laneway_store::StoreError::InvalidArgument(_)) => continue,
             Err(e) => return Err(e.into()),
@@ -101,13 +101,13 @@ fn selector<'a>(range: Option<&'a Range>, part: Option<i32>) -> GwResult<Selecto
 }
 
 /// The range of part `n` of `key`, and the object's part count.
-fn part_range(
+async fn part_range(
     gw: &Gateway,
     bucket: &BucketInfo,
     key: &str,
     n: u32,
 ) -> GwResult<(Option<GetRange>, u32)> {
-    match gw.store().object_part_range(bucket, key, n) {
+    match gw.store().object_part_range(bucket, key, n).await {
         // An empty object's one part is empty: serve it whole.
         Ok((r, count)) => Ok(((r.start < r.end).then_some(r), count)),
         Err(laneway_store::StoreError::InvalidArgument(_)) => Err(GwError::InvalidPartNumber),
@@ -116,7 +116,7 @@ fn part_range(
 }
 
 /// Read part `n` of `key` consistently (as [`read_range`]).
-fn read_part(
+async fn read_part(
     gw: &Gateway,
     bucket: &BucketInfo,
     key: &str,
@@ -124,10 +124,10 @@ fn read_part(
     n: u32,
 ) -> GwResult<(ObjectInfo, Option<GetRange>, u32, BodyStream)> {
     for _ in 0..RANGE_ATTEMPTS {
-        let info = gw.store().head_object(bucket, key)?;
+        let info = gw.store().head_object(bucket, key).await?;
         enforce(conds.evaluate(&info.etag, info.mtime_ms), &info)?;
-        let (r, count) = part_range(gw, bucket, key, n)?;
-        match gw.store().get_object(bucket, key, r) {
+        let (r, count) = part_range(gw, bucket, key, n).await?;
+        match gw.store().get_object(bucket, key, r).await {
             Ok((got, stream)) if got.etag == info.etag => return Ok((got, r, count, stream)),
             Ok(_) | Err(laneway_store::StoreError::InvalidArgument(_)) => continue,
             Err(e) => return Err(e.into()),
@@ -152,7 +152,7 @@ pub async fn get_object(
     let input = &req.input;
     check_key(&input.key)?;
     check_version_id(input.version_id.as_deref())?;
-    let bucket = gw.bucket(&ctx, &input.bucket)?;
+    let bucket = gw.bucket(&ctx, &input.bucket).await?;
     let conds = Conditions {
         if_match: input.if_match.as_ref(),
         if_none_match: input.if_none_match.as_ref(),
@@ -163,15 +163,15 @@ pub async fn get_object(
     let by_part = matches!(sel, Selector::Part(_));
     let (info, served, stream) = match sel {
         Selector::Range(range) => {
-            let (info, r, stream) = read_range(gw, &bucket, &input.key, &conds, range)?;
+            let (info, r, stream) = read_range(gw, &bucket, &input.key, &conds, range).await?;
             (info, Some(r), stream)
         }
         Selector::Part(n) => {
-            let (info, r, _, stream) = read_part(gw, &bucket, &input.key, &conds, n)?;
+            let (info, r, _, stream) = read_part(gw, &bucket, &input.key, &conds, n).await?;
             (info, r, stream)
         }
         Selector::Whole => {
-            let (info, stream) = gw.store().get_object(&bucket, &input.key, None)?;
+            let (info, stream) = gw.store().get_object(&bucket, &input.key, None).await?;
             enforce(conds.evaluate(&info.etag, info.mtime_ms), &info)?;
             (info, None, stream)
         }
@@ -218,7 +218,7 @@ pub async fn head_object(
     let input = &req.input;
     check_key(&input.key)?;
     check_version_id(input.version_id.as_deref())?;
-    let bucket = gw.bucket(&ctx, &input.bucket)?;
+    let bucket = gw.bucket(&ctx, &input.bucket).await?;
     let conds = Conditions {
         if_match: input.if_match.as_ref(),
         if_none_match: input.if_none_match.as_ref(),
@@ -227,12 +227,12 @@ pub async fn head_object(
     };
     let sel = selector(input.range.as_ref(), input.part_number)?;
     let by_part = matches!(sel, Selector::Part(_));
-    let info = gw.store().head_object(&bucket, &input.key)?;
+    let info = gw.store().head_object(&bucket, &input.key).await?;
     enforce(conds.evaluate(&info.etag, info.mtime_ms), &info)?;
     let served = match sel {
         Selector::Whole => None,
         Selector::Range(r) => Some(range::resolve(r, info.size)?),
-        Selector::Part(n) => part_range(gw, &bucket, &input.key, n)?.0,
+        Selector::Part(n) => part_range(gw, &bucket, &input.key, n).await?.0,
     };
     let length = served.map_or(info.size, |r| r.end - r.start);
     let m = MetaOutput::from_meta(&info.meta);

@@ -170,7 +170,7 @@ pub async fn list_objects_v2(
 ) -> GwResult<S3Response<ListObjectsV2Output>> {
     let ctx = ReqCtx::of(&req)?;
     let input = req.input;
-    let bucket = gw.bucket(&ctx, &input.bucket)?;
+    let bucket = gw.bucket(&ctx, &input.bucket).await?;
     let prefix = input.prefix.clone().unwrap_or_default();
     let delimiter = non_empty(input.delimiter.clone());
     let continuation = continuation_token(&input);
@@ -218,7 +218,7 @@ pub async fn list_objects(
 ) -> GwResult<S3Response<ListObjectsOutput>> {
     let ctx = ReqCtx::of(&req)?;
     let input = req.input;
-    let bucket = gw.bucket(&ctx, &input.bucket)?;
+    let bucket = gw.bucket(&ctx, &input.bucket).await?;
     let prefix = input.prefix.clone().unwrap_or_default();
     let delimiter = non_empty(input.delimiter.clone());
     let listing = Listing {
@@ -259,7 +259,7 @@ pub async fn list_object_versions(
 ) -> GwResult<S3Response<ListObjectVersionsOutput>> {
     let ctx = ReqCtx::of(&req)?;
     let input = req.input;
-    let bucket = gw.bucket(&ctx, &input.bucket)?;
+    let bucket = gw.bucket(&ctx, &input.bucket).await?;
     let prefix = input.prefix.clone().unwrap_or_default();
     let delimiter = non_empty(input.delimiter.clone());
     let listing = Listing {

@@ -66,17 +66,17 @@ pub async fn create_multipart_upload(
     let input = req.input;
     check_key(&input.key)?;
     acl::check_object_acl(input.acl.as_ref())?;
-    let bucket = gw.bucket(&ctx, &input.bucket)?;
+    let bucket = gw.bucket(&ctx, &input.bucket).await?;
     let tags = tagging::from_header(input.tagging.as_deref())?;
     let wanted = composite::requested(
         input.checksum_algorithm.as_ref(),
         input.checksum_type.as_ref(),
     )?;
     let meta = crate::meta::meta_input!(input).into_meta()?;
-    let reserved = gw.quotas().reserve_upload(gw.store(), &ctx)?;
+    let reserved = gw.quotas().reserve_upload(gw.store(), &ctx).await?;
     let upload_id = gw
         .store()
-        .create_multipart_upload_with(&bucket, &input.key, meta, tags, wanted.clone())
+        .create_multipart_upload(&bucket, &input.key, meta, tags, wanted.clone())
         .await?;
     drop(reserved);
     Ok(S3Response::new(CreateMultipartUploadOutput {
@@ -108,7 +108,7 @@ pub async fn upload_part(
     let input = req.input;
     check_key(&input.key)?;
     let number = part_number(input.part_number)?;
-    let bucket = gw.bucket(&ctx, &input.bucket)?;
+    let bucket = gw.bucket(&ctx, &input.bucket).await?;
     let length = declared_length(input.content_length.or(decoded))?;
     let content_md5 = input
         .content_md5
@@ -117,7 +117,8 @@ pub async fn upload_part(
         .transpose()?;
     let declared = gw
         .store()
-        .upload_checksum(&bucket, &input.key, &input.upload_id)?;
+        .upload_checksum(&bucket, &input.key, &input.upload_id)
+        .await?;
     composite::check_part(declared.as_ref(), wanted.as_ref().map(|w| w.algo))?;
 
     let (stream, faults) = body::upload(input.body);
@@ -136,7 +137,10 @@ pub async fn upload_part(
         upload_id: &input.upload_id,
         number,
     };
-    let reserved = gw.quotas().reserve_part(gw.store(), &ctx, part, length)?;
+    let reserved = gw
+        .quotas()
+        .reserve_part(gw.store(), &ctx, part, length)
+        .await?;
     let info = gw
         .store()
         .upload_part(&bucket, &input.key, &input.upload_id, number, opts, stream)
@@ -223,20 +227,22 @@ pub async fn complete_multipart_upload(
     let location = location(&req.headers, &req.input.bucket, &req.input.key);
     let input = req.input;
     check_key(&input.key)?;
-    let bucket = gw.bucket(&ctx, &input.bucket)?;
+    let bucket = gw.bucket(&ctx, &input.bucket).await?;
     let cond = write_cond(input.if_match.as_ref(), input.if_none_match.as_ref())?;
     let whole = whole_checksum(&input)?;
     let declared = match gw
         .store()
         .upload_checksum(&bucket, &input.key, &input.upload_id)
+        .await
     {
         Ok(d) => d,
         Err(StoreError::NoSuchUpload) => {
             // Gone: a retry of a completion is answered as the first was.
             let parts = listed_parts(input.multipart_upload)?;
-            let info =
-                gw.store()
-                    .repeated_completion(&bucket, &input.key, &input.upload_id, &parts)?;
+            let info = gw
+                .store()
+                .repeated_completion(&bucket, &input.key, &input.upload_id, &parts)
+                .await?;
             tracing::debug!(bucket = %bucket.name, key = %input.key, "repeated completion");
             return Ok(completed(input.bucket, input.key, location, &info));
         }
@@ -251,10 +257,10 @@ pub async fn complete_multipart_upload(
         bytes: 0,
         objects: 1,
     };
-    let reserved = gw.quotas().reserve(gw.store(), &ctx, write)?;
+    let reserved = gw.quotas().reserve(gw.store(), &ctx, write).await?;
     let info = gw
         .store()
-        .complete_multipart_upload_with(
+        .complete_multipart_upload(
             &bucket,
             &input.key,
             &input.upload_id,
@@ -299,7 +305,7 @@ pub async fn abort_multipart_upload(
     let ctx = ReqCtx::of(&req)?;
     let input = req.input;
     check_key(&input.key)?;
-    let bucket = gw.bucket(&ctx, &input.bucket)?;
+    let bucket = gw.bucket(&ctx, &input.bucket).await?;
     gw.store()
         .abort_multipart_upload(&bucket, &input.key, &input.upload_id)
         .await?;

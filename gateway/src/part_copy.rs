@@ -75,7 +75,7 @@ fn slice_of(range: Option<&str>, size: u64) -> GwResult<Option<GetRange>> {
 
 /// Read the slice of the source, consistent with the metadata the
 /// conditions were checked on.
-fn read_source(
+async fn read_source(
     gw: &Gateway,
     src: &BucketInfo,
     key: &str,
@@ -83,10 +83,10 @@ fn read_source(
     range: Option<&str>,
 ) -> GwResult<(ObjectInfo, u64, BodyStream)> {
     for _ in 0..ATTEMPTS {
-        let info = gw.store().head_object(src, key)?;
+        let info = gw.store().head_object(src, key).await?;
         check_source(conds, &info)?;
         let slice = slice_of(range, info.size)?;
-        match gw.store().get_object(src, key, slice) {
+        match gw.store().get_object(src, key, slice).await {
             Ok((got, stream)) if got.etag == info.etag => {
                 let len = slice.map_or(0, |r| r.end - r.start);
                 return Ok((got, len, stream));
@@ -110,11 +110,12 @@ pub async fn upload_part_copy(
     check_key(&input.key)?;
     let number = part_number(input.part_number)?;
     let (src_key_bucket, src_key) = source_of(&input.copy_source)?;
-    let dst = gw.bucket(&ctx, &input.bucket)?;
-    let src = gw.bucket(&ctx, src_key_bucket)?;
+    let dst = gw.bucket(&ctx, &input.bucket).await?;
+    let src = gw.bucket(&ctx, src_key_bucket).await?;
     let wanted = gw
         .store()
-        .upload_checksum(&dst, &input.key, &input.upload_id)?;
+        .upload_checksum(&dst, &input.key, &input.upload_id)
+        .await?;
     let conds = Conditions {
         if_match: input.copy_source_if_match.as_ref(),
         if_none_match: input.copy_source_if_none_match.as_ref(),
@@ -127,14 +128,18 @@ pub async fn upload_part_copy(
         src_key,
         &conds,
         input.copy_source_range.as_deref(),
-    )?;
+    )
+    .await?;
     let part = crate::quota::Part {
         bucket: &dst,
         key: &input.key,
         upload_id: &input.upload_id,
         number,
     };
-    let reserved = gw.quotas().reserve_part(gw.store(), &ctx, part, len)?;
+    let reserved = gw
+        .quotas()
+        .reserve_part(gw.store(), &ctx, part, len)
+        .await?;
     let (stream, source_failed) = watched(stream, &req.extensions);
     let faults = crate::body::FaultSlot::default();
     let algo = wanted.as_ref().and_then(|w| Algo::from_name(&w.algorithm));

@@ -145,7 +145,7 @@ pub async fn store_upload(
 ) -> GwResult<PutObjectOutput> {
     check_key(&up.key)?;
     crate::acl::check_object_acl(up.acl.as_ref())?;
-    let bucket = gw.bucket(ctx, &up.bucket)?;
+    let bucket = gw.bucket(ctx, &up.bucket).await?;
     let length = declared_length(up.length)?;
     let content_md5 = up
         .content_md5
@@ -171,10 +171,10 @@ pub async fn store_upload(
         bytes: length,
         objects: 1,
     };
-    let reserved = gw.quotas().reserve(gw.store(), ctx, write)?;
+    let reserved = gw.quotas().reserve(gw.store(), ctx, write).await?;
     let info = gw
         .store()
-        .put_object_if(&bucket, &up.key, meta, opts, stream, cond)
+        .put_object(&bucket, &up.key, meta, opts, stream, cond)
         .await
         .map_err(|e| faults.explain(e))?;
     drop(reserved);

@@ -2,7 +2,8 @@
 //!
 //! Guarantee: with one gateway, a tenant's stored bytes and objects never
 //! exceed its quota. Before a write streams a single byte, [`Quotas::reserve`]
-//! takes the tenant's lock, reads its exact committed usage from the store
+//! takes the tenant's check lock (its own: other tenants never wait on
+//! it), reads its exact committed usage from the store
 //! (per-bucket counters committed in the same batch as the objects, summed
 //! over the tenant's buckets), adds the bytes and objects of every write of
 //! this tenant still in flight on this gateway, and refuses with
@@ -41,9 +42,10 @@
 
 use crate::context::ReqCtx;
 use crate::error::{GwError, GwResult};
-use laneway_store::{BucketInfo, Store, StoreError, TenantId};
+use laneway_store::{BucketInfo, StoreClient, StoreError, TenantId};
 use parking_lot::Mutex;
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Arc;
 
 /// Open multipart uploads a tenant may have when its limits name none.
@@ -58,22 +60,33 @@ struct Inflight {
     uploads: u64,
 }
 
+/// One tenant's reservations: `check` serialises the checks (it is held
+/// while the tenant's usage is read from the store, which is a wait on
+/// the store; it is this tenant's alone, so only its own writes queue on
+/// it); `inflight` is only ever held for a few instructions, never across
+/// a wait, so a reservation can be given back in `Drop`.
+#[derive(Default, Debug)]
+struct Slot {
+    check: tokio::sync::Mutex<()>,
+    inflight: Mutex<Inflight>,
+}
+
 /// In-flight reservations of every tenant.
 #[derive(Default, Debug)]
 pub struct Quotas {
-    tenants: Mutex<HashMap<TenantId, Arc<Mutex<Inflight>>>>,
+    tenants: Mutex<HashMap<TenantId, Arc<Slot>>>,
 }
 
 /// One write's share of its tenant's quota, released on drop.
 #[derive(Debug)]
 pub struct Reservation {
-    slot: Arc<Mutex<Inflight>>,
+    slot: Arc<Slot>,
     held: Inflight,
 }
 
 impl Drop for Reservation {
     fn drop(&mut self) {
-        let mut f = self.slot.lock();
+        let mut f = self.slot.inflight.lock();
         f.bytes = f.bytes.saturating_sub(self.held.bytes);
         f.objects = f.objects.saturating_sub(self.held.objects);
         f.uploads = f.uploads.saturating_sub(self.held.uploads);
@@ -103,60 +116,69 @@ pub struct Write<'a> {
 }
 
 impl Quotas {
-    fn slot(&self, tenant: &TenantId) -> Arc<Mutex<Inflight>> {
+    fn slot(&self, tenant: &TenantId) -> Arc<Slot> {
         Arc::clone(self.tenants.lock().entry(tenant.clone()).or_default())
     }
 
     /// Reserve room for `w` in the tenant's quota, or refuse it. `None`
     /// when the tenant has no quota.
-    pub fn reserve(
+    pub async fn reserve(
         &self,
-        store: &Store,
+        store: &dyn StoreClient,
         ctx: &ReqCtx,
         w: Write<'_>,
     ) -> GwResult<Option<Reservation>> {
-        self.reserve_with(store, ctx, || {
-            let (credit_bytes, credit_objects) = replaced(store, w)?;
+        let delta = async {
+            let (credit_bytes, credit_objects) = replaced(store, w).await?;
             Ok(Delta {
                 bytes: w.bytes,
                 objects: w.objects,
                 credit_bytes,
                 credit_objects,
             })
-        })
+        };
+        self.reserve_with(store, ctx, delta).await
     }
 
     /// Reserve room for part `number` of an upload, `bytes` long, crediting
     /// the part of that number it replaces (UploadPart, UploadPartCopy).
     /// `None` when the tenant has no quota.
-    pub fn reserve_part(
+    pub async fn reserve_part(
         &self,
-        store: &Store,
+        store: &dyn StoreClient,
         ctx: &ReqCtx,
         part: Part<'_>,
         bytes: u64,
     ) -> GwResult<Option<Reservation>> {
-        self.reserve_with(store, ctx, || {
-            let old = store.part_size(part.bucket, part.key, part.upload_id, part.number)?;
+        let delta = async {
+            let old = store
+                .part_size(part.bucket, part.key, part.upload_id, part.number)
+                .await?;
             Ok(Delta {
                 bytes,
                 credit_bytes: old.unwrap_or(0),
                 ..Delta::default()
             })
-        })
+        };
+        self.reserve_with(store, ctx, delta).await
     }
 
     /// Reserve one more open multipart upload for the tenant, or refuse
     /// past its `max_open_uploads` (QuotaExceeded). Hold the reservation
     /// until the upload is created.
-    pub fn reserve_upload(&self, store: &Store, ctx: &ReqCtx) -> GwResult<Reservation> {
+    pub async fn reserve_upload(
+        &self,
+        store: &dyn StoreClient,
+        ctx: &ReqCtx,
+    ) -> GwResult<Reservation> {
         let max = ctx
             .limits
             .max_open_uploads
             .unwrap_or(DEFAULT_MAX_OPEN_UPLOADS);
         let slot = self.slot(&ctx.tenant);
-        let mut inflight = slot.lock();
-        let open = open_uploads(store, &ctx.tenant)?;
+        let _check = slot.check.lock().await;
+        let open = open_uploads(store, &ctx.tenant).await?;
+        let mut inflight = slot.inflight.lock();
         if open + inflight.uploads >= max {
             return Err(GwError::QuotaExceeded(format!(
                 "This tenant has {open} multipart uploads in progress, the most it may have \
@@ -166,7 +188,7 @@ impl Quotas {
         inflight.uploads += 1;
         drop(inflight);
         Ok(Reservation {
-            slot,
+            slot: Arc::clone(&slot),
             held: Inflight {
                 uploads: 1,
                 ..Inflight::default()
@@ -176,20 +198,21 @@ impl Quotas {
 
     /// The check of every byte and object reservation: `delta` is computed
     /// under the tenant's lock, so what it credits cannot change under it.
-    fn reserve_with(
+    async fn reserve_with(
         &self,
-        store: &Store,
+        store: &dyn StoreClient,
         ctx: &ReqCtx,
-        delta: impl FnOnce() -> GwResult<Delta>,
+        delta: impl Future<Output = GwResult<Delta>>,
     ) -> GwResult<Option<Reservation>> {
         let (max_bytes, max_objects) = (ctx.limits.quota_bytes, ctx.limits.quota_objects);
         if max_bytes.is_none() && max_objects.is_none() {
             return Ok(None);
         }
         let slot = self.slot(&ctx.tenant);
-        let mut inflight = slot.lock();
-        let w = delta()?;
-        let used = tenant_totals(store, &ctx.tenant)?;
+        let _check = slot.check.lock().await;
+        let w = delta.await?;
+        let used = tenant_totals(store, &ctx.tenant).await?;
+        let mut inflight = slot.inflight.lock();
         let (used_bytes, used_objects) = (used.bytes, used.objects);
         let bytes = (used_bytes + inflight.bytes + w.bytes).saturating_sub(w.credit_bytes);
         let objects =
@@ -222,7 +245,10 @@ impl Quotas {
         inflight.bytes += held.bytes;
         inflight.objects += held.objects;
         drop(inflight);
-        Ok(Some(Reservation { slot, held }))
+        Ok(Some(Reservation {
+            slot: Arc::clone(&slot),
+            held,
+        }))
     }
 }
 
@@ -240,9 +266,9 @@ pub struct Part<'a> {
 }
 
 /// Size and count of the object `w` would replace.
-fn replaced(store: &Store, w: Write<'_>) -> GwResult<(u64, u64)> {
+async fn replaced(store: &dyn StoreClient, w: Write<'_>) -> GwResult<(u64, u64)> {
     let Some(key) = w.key else { return Ok((0, 0)) };
-    match store.head_object(w.bucket, key) {
+    match store.head_object(w.bucket, key).await {
         Ok(info) => Ok((info.size, 1)),
         Err(StoreError::NoSuchKey) => Ok((0, 0)),
         Err(e) => Err(e.into()),
@@ -251,8 +277,8 @@ fn replaced(store: &Store, w: Write<'_>) -> GwResult<(u64, u64)> {
 
 /// The tenant's committed (bytes, objects), exact; bytes include the
 /// parts of its unfinished multipart uploads.
-pub fn tenant_usage(store: &Store, tenant: &TenantId) -> GwResult<(u64, u64)> {
-    let t = tenant_totals(store, tenant)?;
+pub async fn tenant_usage(store: &dyn StoreClient, tenant: &TenantId) -> GwResult<(u64, u64)> {
+    let t = tenant_totals(store, tenant).await?;
     Ok((t.bytes, t.objects))
 }
 
@@ -270,20 +296,20 @@ pub struct TenantTotals {
 }
 
 /// The tenant's multipart uploads in progress, exact (committed).
-fn open_uploads(store: &Store, tenant: &TenantId) -> GwResult<u64> {
+async fn open_uploads(store: &dyn StoreClient, tenant: &TenantId) -> GwResult<u64> {
     let mut n = 0u64;
-    for b in store.list_buckets(tenant)? {
-        n += u64::try_from(store.bucket_pending(b.id)?.uploads).unwrap_or(0);
+    for b in store.list_buckets(tenant).await? {
+        n += u64::try_from(store.bucket_pending(b.id).await?.uploads).unwrap_or(0);
     }
     Ok(n)
 }
 
 /// The tenant's committed totals, exact.
-pub fn tenant_totals(store: &Store, tenant: &TenantId) -> GwResult<TenantTotals> {
+pub async fn tenant_totals(store: &dyn StoreClient, tenant: &TenantId) -> GwResult<TenantTotals> {
     let mut t = TenantTotals::default();
-    for b in store.list_buckets(tenant)? {
-        let u = store.bucket_usage(b.id)?;
-        let p = store.bucket_pending(b.id)?;
+    for b in store.list_buckets(tenant).await? {
+        let u = store.bucket_usage(b.id).await?;
+        let p = store.bucket_pending(b.id).await?;
         let part_bytes = u64::try_from(p.part_bytes).unwrap_or(0);
         t.bytes += u64::try_from(u.bytes).unwrap_or(0) + part_bytes;
         t.objects += u64::try_from(u.objects).unwrap_or(0);

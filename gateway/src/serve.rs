@@ -172,11 +172,12 @@ async fn serve_store(
     store: Arc<Store>,
 ) -> Result<(), ServeError> {
     let lanes = Arc::new(LaneState::new(cfg.lanes.clone()));
-    let tenancy = boot::start(cfg, Arc::clone(&store), Arc::clone(&lanes)).await?;
+    let local: Arc<dyn laneway_store::StoreClient> = Arc::new(laneway_store::LocalStore(store));
+    let tenancy = boot::start(cfg, Arc::clone(&local), Arc::clone(&lanes)).await?;
     print_banner(cfg, &tenancy, addr);
     tracing::info!(%addr, data_dir = %cfg.data_dir.display(), region = %cfg.region, "laneway serving");
     let shared = Shared {
-        service: build_service(store, cfg, &tenancy.keys),
+        service: build_service(local, cfg, &tenancy.keys),
         gate: Arc::new(LaneGate::new(lanes, Arc::clone(&tenancy.keys))),
         ids: Arc::new(RequestIds::new()),
         forms: Arc::new(FormGate::new(
@@ -226,7 +227,11 @@ async fn open_store(cfg: &ServeConfig) -> Result<Arc<Store>, ServeError> {
     Ok(tokio::task::spawn_blocking(move || Store::open(&dir, scfg)).await??)
 }
 
-fn build_service(store: Arc<Store>, cfg: &ServeConfig, keys: &Arc<KeyCache>) -> S3Service {
+fn build_service(
+    store: Arc<dyn laneway_store::StoreClient>,
+    cfg: &ServeConfig,
+    keys: &Arc<KeyCache>,
+) -> S3Service {
     let mut builder = S3ServiceBuilder::new(Gateway::new(store, cfg.region.clone()));
     if let Some(domain) = &cfg.domain {
         builder.set_host(domain.clone());

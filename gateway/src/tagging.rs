@@ -132,7 +132,7 @@ pub async fn put_object_tagging(
     let ctx = ReqCtx::of(&req)?;
     let input = req.input;
     check_key(&input.key)?;
-    let bucket = gw.bucket(&ctx, &input.bucket)?;
+    let bucket = gw.bucket(&ctx, &input.bucket).await?;
     let tags = from_dto(input.tagging.tag_set)?;
     validate(&tags, MAX_OBJECT_TAGS)?;
     gw.store()
@@ -148,8 +148,8 @@ pub async fn get_object_tagging(
 ) -> GwResult<S3Response<GetObjectTaggingOutput>> {
     let ctx = ReqCtx::of(&req)?;
     check_key(&req.input.key)?;
-    let bucket = gw.bucket(&ctx, &req.input.bucket)?;
-    let info = gw.store().head_object(&bucket, &req.input.key)?;
+    let bucket = gw.bucket(&ctx, &req.input.bucket).await?;
+    let info = gw.store().head_object(&bucket, &req.input.key).await?;
     Ok(S3Response::new(GetObjectTaggingOutput {
         tag_set: to_dto(&info.tags),
         version_id: None,
@@ -163,7 +163,7 @@ pub async fn delete_object_tagging(
 ) -> GwResult<S3Response<DeleteObjectTaggingOutput>> {
     let ctx = ReqCtx::of(&req)?;
     check_key(&req.input.key)?;
-    let bucket = gw.bucket(&ctx, &req.input.bucket)?;
+    let bucket = gw.bucket(&ctx, &req.input.bucket).await?;
     gw.store()
         .put_object_tags(&bucket, &req.input.key, Vec::new())
         .await?;
@@ -180,7 +180,8 @@ pub async fn put_bucket_tagging(
     let tags = from_dto(input.tagging.tag_set)?;
     validate(&tags, MAX_BUCKET_TAGS)?;
     gw.store()
-        .set_bucket_tags(&ctx.tenant, &input.bucket, tags)?;
+        .set_bucket_tags(&ctx.tenant, &input.bucket, tags)
+        .await?;
     Ok(S3Response::new(PutBucketTaggingOutput::default()))
 }
 
@@ -190,7 +191,7 @@ pub async fn get_bucket_tagging(
     req: S3Request<GetBucketTaggingInput>,
 ) -> GwResult<S3Response<GetBucketTaggingOutput>> {
     let ctx = ReqCtx::of(&req)?;
-    let bucket = gw.bucket(&ctx, &req.input.bucket)?;
+    let bucket = gw.bucket(&ctx, &req.input.bucket).await?;
     if bucket.tags.is_empty() {
         return Err(GwError::NoSuchTagSet);
     }
@@ -206,7 +207,8 @@ pub async fn delete_bucket_tagging(
 ) -> GwResult<S3Response<DeleteBucketTaggingOutput>> {
     let ctx = ReqCtx::of(&req)?;
     gw.store()
-        .set_bucket_tags(&ctx.tenant, &req.input.bucket, Vec::new())?;
+        .set_bucket_tags(&ctx.tenant, &req.input.bucket, Vec::new())
+        .await?;
     Ok(S3Response::new(DeleteBucketTaggingOutput::default()))
 }
 

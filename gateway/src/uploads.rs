@@ -73,15 +73,17 @@ pub async fn list_parts(
     let ctx = ReqCtx::of(&req)?;
     let input = req.input;
     check_key(&input.key)?;
-    let bucket = gw.bucket(&ctx, &input.bucket)?;
+    let bucket = gw.bucket(&ctx, &input.bucket).await?;
     let max = page_size(input.max_parts, "max-parts")?;
     let marker = part_marker(input.part_number_marker)?;
     let wanted = gw
         .store()
-        .upload_checksum(&bucket, &input.key, &input.upload_id)?;
-    let (parts, truncated) =
-        gw.store()
-            .list_parts(&bucket, &input.key, &input.upload_id, marker, max)?;
+        .upload_checksum(&bucket, &input.key, &input.upload_id)
+        .await?;
+    let (parts, truncated) = gw
+        .store()
+        .list_parts(&bucket, &input.key, &input.upload_id, marker, max)
+        .await?;
     let next = parts.last().map(|p| i32::try_from(p.number).unwrap_or(0));
     let parts = parts
         .into_iter()
@@ -122,7 +124,7 @@ pub async fn list_multipart_uploads(
 ) -> GwResult<S3Response<ListMultipartUploadsOutput>> {
     let ctx = ReqCtx::of(&req)?;
     let input = req.input;
-    let bucket = gw.bucket(&ctx, &input.bucket)?;
+    let bucket = gw.bucket(&ctx, &input.bucket).await?;
     let q = UploadQuery {
         prefix: input.prefix.clone().unwrap_or_default(),
         delimiter: input.delimiter.clone().filter(|d| !d.is_empty()),
@@ -130,7 +132,7 @@ pub async fn list_multipart_uploads(
         upload_id_marker: input.upload_id_marker.clone().filter(|u| !u.is_empty()),
         max_uploads: page_size(input.max_uploads, "max-uploads")?,
     };
-    let page = gw.store().list_multipart_uploads(&bucket, &q)?;
+    let page = gw.store().list_multipart_uploads(&bucket, &q).await?;
     let (next_key, next_id) = match page.entries.last() {
         Some(UploadEntry::Upload(u)) if page.truncated => {
             (Some(u.key.clone()), Some(u.upload_id.clone()))

@@ -7,10 +7,14 @@
 //! volume segments for objects above the inline threshold, and a commit thread
 //! that gathers concurrent mutations into one durable batch (group commit).
 //!
-//! The gateway only sees [`Store`]: buckets live in the [`catalog`], objects in
-//! partitions, and LIST is a streaming k-way merge over partitions ([`list`]).
+//! The gateway only sees [`StoreClient`] ([`client`]), which [`Store`]
+//! implements in process ([`LocalStore`]) and a remote client implements
+//! over the cluster RPC ([`rpc`]): buckets live in the [`catalog`], objects
+//! in partitions, and LIST is a streaming k-way merge over partitions
+//! ([`list`]).
 
 pub mod catalog;
+pub mod client;
 pub mod cluster;
 pub mod commit;
 pub mod compaction;
@@ -36,6 +40,7 @@ pub mod volume;
 #[cfg(test)]
 mod index_suite;
 
+pub use client::{LocalStore, StoreClient};
 pub use commit::WriteCond;
 pub use compaction::CompactionReport;
 pub use error::{StoreError, StoreResult};

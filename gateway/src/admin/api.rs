@@ -13,7 +13,7 @@
 use crate::auth::KeyCache;
 use crate::lanes::LaneState;
 use crate::quota::tenant_totals;
-use laneway_store::{ListEntry, ListQuery, Resume, Store, TenantId};
+use laneway_store::{ListEntry, ListQuery, Resume, StoreClient, TenantId};
 use laneway_tenancy::{
     KeyAccess, KeyInfo, KeySpec, Limits, NewKey, Registry, TenancyError, Tenant, TenantPatch,
     TenantSpec, TenantStatus,
@@ -31,7 +31,7 @@ pub struct AdminState {
     /// The S3 side's key cache (invalidated after every change).
     pub keys: Arc<KeyCache>,
     /// The store (usage, purge).
-    pub store: Arc<Store>,
+    pub store: Arc<dyn StoreClient>,
     /// The lanes: tenant weights and caps are re-applied after every
     /// change; `/metrics` renders them.
     pub lanes: Arc<LaneState>,
@@ -218,7 +218,7 @@ impl AdminState {
                 self.changed();
                 return Ok((201, to_json(&CreatedKey::from(k))?));
             }
-            Route::Usage => self.usage(param(params, 0)?)?,
+            Route::Usage => self.usage(param(params, 0)?).await?,
         };
         self.changed();
         Ok((200, out))
@@ -244,13 +244,13 @@ impl AdminState {
         Ok((201, out))
     }
 
-    fn usage(&self, who: &str) -> Result<Value, ApiError> {
+    async fn usage(&self, who: &str) -> Result<Value, ApiError> {
         let t = self.registry.tenant(who)?;
         let id = TenantId(t.id.clone());
         let mut buckets = Vec::new();
-        for b in self.store.list_buckets(&id)? {
-            let u = self.store.bucket_usage(b.id)?;
-            let p = self.store.bucket_pending(b.id)?;
+        for b in self.store.list_buckets(&id).await? {
+            let u = self.store.bucket_usage(b.id).await?;
+            let p = self.store.bucket_pending(b.id).await?;
             buckets.push(json!({
                 "name": b.name,
                 "bytes": u.bytes + p.part_bytes,
@@ -260,7 +260,7 @@ impl AdminState {
             }));
         }
         // Bytes count the parts of unfinished uploads: quotas count them.
-        let totals = tenant_totals(&self.store, &id)?;
+        let totals = tenant_totals(self.store.as_ref(), &id).await?;
         Ok(json!({
             "tenant": t.id,
             "name": t.name,
@@ -282,7 +282,7 @@ impl AdminState {
             .any(|kv| kv == "purge=true" || kv == "purge=1");
         let t: Tenant = self.registry.tenant(who)?;
         let id = TenantId(t.id.clone());
-        let buckets = self.store.list_buckets(&id)?;
+        let buckets = self.store.list_buckets(&id).await?;
         if !buckets.is_empty() && !purge {
             return Err(ApiError {
                 status: 409,
@@ -298,7 +298,7 @@ impl AdminState {
             self.registry.set_status(&t.id, TenantStatus::Suspended)?;
             self.changed();
             for b in &buckets {
-                purge_bucket(&self.store, b).await?;
+                purge_bucket(self.store.as_ref(), b).await?;
                 self.store.delete_bucket(&id, &b.name).await?;
             }
         }
@@ -310,7 +310,7 @@ impl AdminState {
 
 /// Delete every object of `bucket`, a page at a time.
 async fn purge_bucket(
-    store: &Arc<Store>,
+    store: &dyn StoreClient,
     bucket: &laneway_store::BucketInfo,
 ) -> Result<(), ApiError> {
     loop {

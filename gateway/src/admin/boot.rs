@@ -14,7 +14,7 @@ use crate::auth::KeyCache;
 use crate::config::ServeConfig;
 use crate::lanes::LaneState;
 use crate::serve::ServeError;
-use laneway_store::Store;
+use laneway_store::StoreClient;
 use laneway_tenancy::persist::{create_private_dir, write_private_file};
 use laneway_tenancy::{Bootstrap, InitialKey, Registry, Secret, TenancyError};
 use ring::rand::{SecureRandom, SystemRandom};
@@ -40,7 +40,7 @@ pub struct Tenancy {
 /// `lanes`' `/metrics`).
 pub async fn start(
     cfg: &ServeConfig,
-    store: Arc<Store>,
+    store: Arc<dyn StoreClient>,
     lanes: Arc<LaneState>,
 ) -> Result<Tenancy, ServeError> {
     let initial = cfg

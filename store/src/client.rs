@@ -1,0 +1,419 @@
+//! [`StoreClient`]: the one interface through which the gateway reaches the
+//! store. [`LocalStore`] implements it over the partitions of this process
+//! (`laneway serve`); a client of remote store nodes implements the same
+//! trait over the cluster RPC, so the gateway's handlers do not know which
+//! one they talk to.
+//!
+//! Every operation is async and returns a boxed future (the trait is used
+//! as `dyn StoreClient`), including the reads that are synchronous index
+//! lookups in process: across a network each is a round trip.
+
+use crate::commit::WriteCond;
+use crate::error::StoreResult;
+use crate::ids::{BucketId, TenantId};
+use crate::list::{ListPage, ListQuery};
+use crate::multipart::{Combiner, ListedPart, PartInfo, Pending, UploadChecksum};
+use crate::record::{ObjectInfo, ObjectMeta, Tag, Usage};
+use crate::store::{BodyStream, BucketInfo, GetRange, PutOptions, Store};
+use crate::uploads::{ObjectPart, UploadPage, UploadQuery};
+use futures::future::BoxFuture;
+use std::sync::Arc;
+
+/// The future of a store operation.
+pub type Fut<'a, T> = BoxFuture<'a, StoreResult<T>>;
+
+/// What the gateway asks of the store.
+pub trait StoreClient: Send + Sync {
+    // ----- buckets ---------------------------------------------------------
+
+    /// Create bucket `name` of `tenant` in `region`.
+    fn create_bucket<'a>(
+        &'a self,
+        tenant: &'a TenantId,
+        name: &'a str,
+        region: &'a str,
+    ) -> Fut<'a, BucketInfo>;
+    /// The tenant's bucket `name` (NoSuchBucket when it has none).
+    fn bucket<'a>(&'a self, tenant: &'a TenantId, name: &'a str) -> Fut<'a, BucketInfo>;
+    /// The tenant's buckets in name order.
+    fn list_buckets<'a>(&'a self, tenant: &'a TenantId) -> Fut<'a, Vec<BucketInfo>>;
+    /// Delete an empty bucket (BucketNotEmpty otherwise).
+    fn delete_bucket<'a>(&'a self, tenant: &'a TenantId, name: &'a str) -> Fut<'a, ()>;
+    /// Replace (or, empty, remove) a bucket's tag set.
+    fn set_bucket_tags<'a>(
+        &'a self,
+        tenant: &'a TenantId,
+        name: &'a str,
+        tags: Vec<Tag>,
+    ) -> Fut<'a, ()>;
+    /// Objects and bytes stored in a bucket.
+    fn bucket_usage(&self, bucket: BucketId) -> Fut<'_, Usage>;
+    /// Open multipart uploads of a bucket and their part bytes.
+    fn bucket_pending(&self, bucket: BucketId) -> Fut<'_, Pending>;
+
+    // ----- objects ---------------------------------------------------------
+
+    /// Store `body` as `key` durably if `cond` holds when it commits.
+    fn put_object<'a>(
+        &'a self,
+        bucket: &'a BucketInfo,
+        key: &'a str,
+        meta: ObjectMeta,
+        opts: PutOptions,
+        body: BodyStream,
+        cond: WriteCond,
+    ) -> Fut<'a, ObjectInfo>;
+    /// Metadata of `key` (NoSuchKey when absent).
+    fn head_object<'a>(&'a self, bucket: &'a BucketInfo, key: &'a str) -> Fut<'a, ObjectInfo>;
+    /// Metadata and a body stream of `key`, whole or `range`.
+    fn get_object<'a>(
+        &'a self,
+        bucket: &'a BucketInfo,
+        key: &'a str,
+        range: Option<GetRange>,
+    ) -> Fut<'a, (ObjectInfo, BodyStream)>;
+    /// Delete `key`; whether it existed.
+    fn delete_object<'a>(&'a self, bucket: &'a BucketInfo, key: &'a str) -> Fut<'a, bool>;
+    /// Replace the tag set of `key`.
+    fn put_object_tags<'a>(
+        &'a self,
+        bucket: &'a BucketInfo,
+        key: &'a str,
+        tags: Vec<Tag>,
+    ) -> Fut<'a, ()>;
+    /// Replace the client metadata (and optionally tags) of `key` in place.
+    fn replace_object_meta<'a>(
+        &'a self,
+        bucket: &'a BucketInfo,
+        key: &'a str,
+        meta: ObjectMeta,
+        tags: Option<Vec<Tag>>,
+    ) -> Fut<'a, ObjectInfo>;
+    /// One page of a listing.
+    fn list_objects<'a>(&'a self, bucket: &'a BucketInfo, query: ListQuery) -> Fut<'a, ListPage>;
+    /// The byte range of part `number` of a multipart object, and its part
+    /// count.
+    fn object_part_range<'a>(
+        &'a self,
+        bucket: &'a BucketInfo,
+        key: &'a str,
+        number: u32,
+    ) -> Fut<'a, (GetRange, u32)>;
+    /// An object with its parts (GetObjectAttributes).
+    fn object_with_parts<'a>(
+        &'a self,
+        bucket: &'a BucketInfo,
+        key: &'a str,
+    ) -> Fut<'a, (ObjectInfo, Vec<ObjectPart>)>;
+
+    // ----- multipart uploads -----------------------------------------------
+
+    /// Start an upload; its id.
+    fn create_multipart_upload<'a>(
+        &'a self,
+        bucket: &'a BucketInfo,
+        key: &'a str,
+        meta: ObjectMeta,
+        tags: Vec<Tag>,
+        checksum: Option<UploadChecksum>,
+    ) -> Fut<'a, String>;
+    /// Store part `number` of an upload.
+    fn upload_part<'a>(
+        &'a self,
+        bucket: &'a BucketInfo,
+        key: &'a str,
+        upload_id: &'a str,
+        number: u32,
+        opts: PutOptions,
+        body: BodyStream,
+    ) -> Fut<'a, PartInfo>;
+    /// Complete an upload from the client's part list.
+    fn complete_multipart_upload<'a>(
+        &'a self,
+        bucket: &'a BucketInfo,
+        key: &'a str,
+        upload_id: &'a str,
+        parts: Vec<ListedPart>,
+        cond: WriteCond,
+        combine: Option<Combiner>,
+    ) -> Fut<'a, ObjectInfo>;
+    /// The answer of an earlier completion with this part list (a retry).
+    fn repeated_completion<'a>(
+        &'a self,
+        bucket: &'a BucketInfo,
+        key: &'a str,
+        upload_id: &'a str,
+        parts: &'a [ListedPart],
+    ) -> Fut<'a, ObjectInfo>;
+    /// Size of a stored part, if uploaded.
+    fn part_size<'a>(
+        &'a self,
+        bucket: &'a BucketInfo,
+        key: &'a str,
+        upload_id: &'a str,
+        number: u32,
+    ) -> Fut<'a, Option<u64>>;
+    /// Abort an upload and free its parts.
+    fn abort_multipart_upload<'a>(
+        &'a self,
+        bucket: &'a BucketInfo,
+        key: &'a str,
+        upload_id: &'a str,
+    ) -> Fut<'a, ()>;
+    /// The checksum an upload was created with.
+    fn upload_checksum<'a>(
+        &'a self,
+        bucket: &'a BucketInfo,
+        key: &'a str,
+        upload_id: &'a str,
+    ) -> Fut<'a, Option<UploadChecksum>>;
+    /// A page of an upload's parts after `marker`; whether more follow.
+    fn list_parts<'a>(
+        &'a self,
+        bucket: &'a BucketInfo,
+        key: &'a str,
+        upload_id: &'a str,
+        marker: u32,
+        max: usize,
+    ) -> Fut<'a, (Vec<PartInfo>, bool)>;
+    /// A page of a bucket's open uploads.
+    fn list_multipart_uploads<'a>(
+        &'a self,
+        bucket: &'a BucketInfo,
+        q: &'a UploadQuery,
+    ) -> Fut<'a, UploadPage>;
+
+    // ----- catalog documents -----------------------------------------------
+
+    /// Catalog document `name` and its version.
+    fn catalog_doc<'a>(&'a self, name: &'a str) -> Fut<'a, Option<(u64, Vec<u8>)>>;
+    /// Replace catalog document `name` if still at version `expected`.
+    fn put_catalog_doc<'a>(&'a self, name: &'a str, expected: u64, body: Vec<u8>) -> Fut<'a, u64>;
+}
+
+/// The store of this process as a [`StoreClient`].
+#[derive(Clone)]
+pub struct LocalStore(pub Arc<Store>);
+
+/// Box a result that is ready now.
+fn ready<'a, T: Send + 'a>(r: StoreResult<T>) -> Fut<'a, T> {
+    Box::pin(std::future::ready(r))
+}
+
+impl StoreClient for LocalStore {
+    fn create_bucket<'a>(
+        &'a self,
+        tenant: &'a TenantId,
+        name: &'a str,
+        region: &'a str,
+    ) -> Fut<'a, BucketInfo> {
+        ready(self.0.create_bucket(tenant, name, region))
+    }
+
+    fn bucket<'a>(&'a self, tenant: &'a TenantId, name: &'a str) -> Fut<'a, BucketInfo> {
+        ready(self.0.bucket(tenant, name))
+    }
+
+    fn list_buckets<'a>(&'a self, tenant: &'a TenantId) -> Fut<'a, Vec<BucketInfo>> {
+        ready(self.0.list_buckets(tenant))
+    }
+
+    fn delete_bucket<'a>(&'a self, tenant: &'a TenantId, name: &'a str) -> Fut<'a, ()> {
+        Box::pin(self.0.delete_bucket(tenant, name))
+    }
+
+    fn set_bucket_tags<'a>(
+        &'a self,
+        tenant: &'a TenantId,
+        name: &'a str,
+        tags: Vec<Tag>,
+    ) -> Fut<'a, ()> {
+        ready(self.0.set_bucket_tags(tenant, name, tags))
+    }
+
+    fn bucket_usage(&self, bucket: BucketId) -> Fut<'_, Usage> {
+        ready(self.0.bucket_usage(bucket))
+    }
+
+    fn bucket_pending(&self, bucket: BucketId) -> Fut<'_, Pending> {
+        ready(self.0.bucket_pending(bucket))
+    }
+
+    fn put_object<'a>(
+        &'a self,
+        bucket: &'a BucketInfo,
+        key: &'a str,
+        meta: ObjectMeta,
+        opts: PutOptions,
+        body: BodyStream,
+        cond: WriteCond,
+    ) -> Fut<'a, ObjectInfo> {
+        Box::pin(self.0.put_object_if(bucket, key, meta, opts, body, cond))
+    }
+
+    fn head_object<'a>(&'a self, bucket: &'a BucketInfo, key: &'a str) -> Fut<'a, ObjectInfo> {
+        ready(self.0.head_object(bucket, key))
+    }
+
+    fn get_object<'a>(
+        &'a self,
+        bucket: &'a BucketInfo,
+        key: &'a str,
+        range: Option<GetRange>,
+    ) -> Fut<'a, (ObjectInfo, BodyStream)> {
+        ready(self.0.get_object(bucket, key, range))
+    }
+
+    fn delete_object<'a>(&'a self, bucket: &'a BucketInfo, key: &'a str) -> Fut<'a, bool> {
+        Box::pin(self.0.delete_object(bucket, key))
+    }
+
+    fn put_object_tags<'a>(
+        &'a self,
+        bucket: &'a BucketInfo,
+        key: &'a str,
+        tags: Vec<Tag>,
+    ) -> Fut<'a, ()> {
+        Box::pin(self.0.put_object_tags(bucket, key, tags))
+    }
+
+    fn replace_object_meta<'a>(
+        &'a self,
+        bucket: &'a BucketInfo,
+        key: &'a str,
+        meta: ObjectMeta,
+        tags: Option<Vec<Tag>>,
+    ) -> Fut<'a, ObjectInfo> {
+        Box::pin(self.0.replace_object_meta(bucket, key, meta, tags))
+    }
+
+    fn list_objects<'a>(&'a self, bucket: &'a BucketInfo, query: ListQuery) -> Fut<'a, ListPage> {
+        Box::pin(self.0.list_objects(bucket, query))
+    }
+
+    fn object_part_range<'a>(
+        &'a self,
+        bucket: &'a BucketInfo,
+        key: &'a str,
+        number: u32,
+    ) -> Fut<'a, (GetRange, u32)> {
+        ready(self.0.object_part_range(bucket, key, number))
+    }
+
+    fn object_with_parts<'a>(
+        &'a self,
+        bucket: &'a BucketInfo,
+        key: &'a str,
+    ) -> Fut<'a, (ObjectInfo, Vec<ObjectPart>)> {
+        ready(self.0.object_with_parts(bucket, key))
+    }
+
+    fn create_multipart_upload<'a>(
+        &'a self,
+        bucket: &'a BucketInfo,
+        key: &'a str,
+        meta: ObjectMeta,
+        tags: Vec<Tag>,
+        checksum: Option<UploadChecksum>,
+    ) -> Fut<'a, String> {
+        Box::pin(
+            self.0
+                .create_multipart_upload_with(bucket, key, meta, tags, checksum),
+        )
+    }
+
+    fn upload_part<'a>(
+        &'a self,
+        bucket: &'a BucketInfo,
+        key: &'a str,
+        upload_id: &'a str,
+        number: u32,
+        opts: PutOptions,
+        body: BodyStream,
+    ) -> Fut<'a, PartInfo> {
+        Box::pin(
+            self.0
+                .upload_part(bucket, key, upload_id, number, opts, body),
+        )
+    }
+
+    fn complete_multipart_upload<'a>(
+        &'a self,
+        bucket: &'a BucketInfo,
+        key: &'a str,
+        upload_id: &'a str,
+        parts: Vec<ListedPart>,
+        cond: WriteCond,
+        combine: Option<Combiner>,
+    ) -> Fut<'a, ObjectInfo> {
+        Box::pin(
+            self.0
+                .complete_multipart_upload_with(bucket, key, upload_id, parts, cond, combine),
+        )
+    }
+
+    fn repeated_completion<'a>(
+        &'a self,
+        bucket: &'a BucketInfo,
+        key: &'a str,
+        upload_id: &'a str,
+        parts: &'a [ListedPart],
+    ) -> Fut<'a, ObjectInfo> {
+        ready(self.0.repeated_completion(bucket, key, upload_id, parts))
+    }
+
+    fn part_size<'a>(
+        &'a self,
+        bucket: &'a BucketInfo,
+        key: &'a str,
+        upload_id: &'a str,
+        number: u32,
+    ) -> Fut<'a, Option<u64>> {
+        ready(self.0.part_size(bucket, key, upload_id, number))
+    }
+
+    fn abort_multipart_upload<'a>(
+        &'a self,
+        bucket: &'a BucketInfo,
+        key: &'a str,
+        upload_id: &'a str,
+    ) -> Fut<'a, ()> {
+        Box::pin(self.0.abort_multipart_upload(bucket, key, upload_id))
+    }
+
+    fn upload_checksum<'a>(
+        &'a self,
+        bucket: &'a BucketInfo,
+        key: &'a str,
+        upload_id: &'a str,
+    ) -> Fut<'a, Option<UploadChecksum>> {
+        ready(self.0.upload_checksum(bucket, key, upload_id))
+    }
+
+    fn list_parts<'a>(
+        &'a self,
+        bucket: &'a BucketInfo,
+        key: &'a str,
+        upload_id: &'a str,
+        marker: u32,
+        max: usize,
+    ) -> Fut<'a, (Vec<PartInfo>, bool)> {
+        ready(self.0.list_parts(bucket, key, upload_id, marker, max))
+    }
+
+    fn list_multipart_uploads<'a>(
+        &'a self,
+        bucket: &'a BucketInfo,
+        q: &'a UploadQuery,
+    ) -> Fut<'a, UploadPage> {
+        ready(self.0.list_multipart_uploads(bucket, q))
+    }
+
+    fn catalog_doc<'a>(&'a self, name: &'a str) -> Fut<'a, Option<(u64, Vec<u8>)>> {
+        ready(self.0.catalog_doc(name))
+    }
+
+    fn put_catalog_doc<'a>(&'a self, name: &'a str, expected: u64, body: Vec<u8>) -> Fut<'a, u64> {
+        ready(self.0.put_catalog_doc(name, expected, &body))
+    }
+}
