@@ -266,7 +266,7 @@ pub async fn complete_multipart_upload(
             &input.upload_id,
             parts,
             cond,
-            Some(composite::combiner(whole.map(|w| w.checksum))),
+            whole.map(|w| w.checksum),
         )
         .await?;
     drop(reserved);

@@ -12,8 +12,8 @@ use crate::commit::WriteCond;
 use crate::error::StoreResult;
 use crate::ids::{BucketId, TenantId};
 use crate::list::{ListPage, ListQuery};
-use crate::multipart::{Combiner, ListedPart, PartInfo, Pending, UploadChecksum};
-use crate::record::{ObjectInfo, ObjectMeta, Tag, Usage};
+use crate::multipart::{ListedPart, PartInfo, Pending, UploadChecksum};
+use crate::record::{Checksum, ObjectInfo, ObjectMeta, Tag, Usage};
 use crate::store::{BodyStream, BucketInfo, GetRange, PutOptions, Store};
 use crate::uploads::{ObjectPart, UploadPage, UploadQuery};
 use futures::future::BoxFuture;
@@ -127,7 +127,9 @@ pub trait StoreClient: Send + Sync {
         opts: PutOptions,
         body: BodyStream,
     ) -> Fut<'a, PartInfo>;
-    /// Complete an upload from the client's part list.
+    /// Complete an upload from the client's part list; `whole` is the
+    /// whole-object checksum the client sent, compared with the one the
+    /// store derives from the parts'.
     fn complete_multipart_upload<'a>(
         &'a self,
         bucket: &'a BucketInfo,
@@ -135,7 +137,7 @@ pub trait StoreClient: Send + Sync {
         upload_id: &'a str,
         parts: Vec<ListedPart>,
         cond: WriteCond,
-        combine: Option<Combiner>,
+        whole: Option<Checksum>,
     ) -> Fut<'a, ObjectInfo>;
     /// The answer of an earlier completion with this part list (a retry).
     fn repeated_completion<'a>(
@@ -344,11 +346,11 @@ impl StoreClient for LocalStore {
         upload_id: &'a str,
         parts: Vec<ListedPart>,
         cond: WriteCond,
-        combine: Option<Combiner>,
+        whole: Option<Checksum>,
     ) -> Fut<'a, ObjectInfo> {
         Box::pin(
             self.0
-                .complete_multipart_upload_with(bucket, key, upload_id, parts, cond, combine),
+                .complete_multipart_upload_with(bucket, key, upload_id, parts, cond, whole),
         )
     }
 

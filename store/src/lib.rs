@@ -19,6 +19,7 @@ pub mod cluster;
 pub mod commit;
 pub mod compaction;
 pub mod error;
+pub mod flexsum;
 pub mod gate;
 pub mod hash;
 pub mod ids;

@@ -38,7 +38,7 @@ mod complete;
 pub mod completed;
 pub mod counters;
 
-pub use complete::{Combiner, ListedPart};
+pub use complete::ListedPart;
 pub use counters::Pending;
 
 /// Format byte of upload and part rows that are counted in their bucket's
@@ -156,8 +156,9 @@ pub enum MpOp {
         cond: WriteCond,
         /// Completion time.
         mtime_ms: i64,
-        /// Computes the object's checksum from its parts'.
-        combine: Option<Combiner>,
+        /// The whole-object checksum the client sent, to compare with the
+        /// one derived from the parts.
+        whole: Option<Checksum>,
     },
     /// Drop the upload and its parts.
     Abort {
@@ -395,7 +396,7 @@ pub(crate) fn apply(round: &mut Round<'_>, op: MpOp) -> StoreResult<Outcome> {
             min_part_size,
             cond,
             mtime_ms,
-            combine,
+            whole,
         } => {
             let c = complete::Completion {
                 bucket,
@@ -405,7 +406,7 @@ pub(crate) fn apply(round: &mut Round<'_>, op: MpOp) -> StoreResult<Outcome> {
                 min_part_size,
                 cond: &cond,
                 mtime_ms,
-                combine: combine.as_ref(),
+                whole: whole.as_ref(),
             };
             return complete::complete(round, c);
         }

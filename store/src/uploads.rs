@@ -5,11 +5,11 @@ use crate::commit::{Outcome, WriteCond};
 use crate::error::{StoreError, StoreResult};
 use crate::ids::BucketId;
 use crate::multipart::{
-    self, Combiner, ListedPart, MAX_PARTS, MpOp, MpOutcome, PartInfo, PartRecord, Pending,
-    UploadChecksum, UploadRecord,
+    self, ListedPart, MAX_PARTS, MpOp, MpOutcome, PartInfo, PartRecord, Pending, UploadChecksum,
+    UploadRecord,
 };
 use crate::partition::now_ms;
-use crate::record::{DataLoc, ObjectInfo, ObjectMeta, PartLoc, StoredObject, Tag, etag};
+use crate::record::{Checksum, DataLoc, ObjectInfo, ObjectMeta, PartLoc, StoredObject, Tag, etag};
 use crate::store::{BodyStream, BucketInfo, GetRange, PutOptions, Store};
 mod listing;
 
@@ -168,7 +168,8 @@ impl Store {
     }
 
     /// Complete an upload, checking the part checksums the client repeated
-    /// and deriving the object's checksum with `combine`.
+    /// and deriving the object's checksum from theirs (compared with
+    /// `whole`, the whole-object checksum the client sent, if any).
     pub async fn complete_multipart_upload_with(
         &self,
         bucket: &BucketInfo,
@@ -176,7 +177,7 @@ impl Store {
         upload_id: &str,
         parts: Vec<ListedPart>,
         cond: WriteCond,
-        combine: Option<Combiner>,
+        whole: Option<Checksum>,
     ) -> StoreResult<ObjectInfo> {
         let upload = multipart::parse_upload_id(upload_id)?;
         let op = MpOp::Complete {
@@ -187,7 +188,7 @@ impl Store {
             min_part_size: self.min_part_size,
             cond,
             mtime_ms: now_ms(),
-            combine,
+            whole,
         };
         match expect_mp(
             self.partition_of(bucket.id, key)

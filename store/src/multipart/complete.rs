@@ -11,17 +11,15 @@
 //! ([`super::completed`]) so a retry of this completion, arriving after
 //! the upload is gone, gets the same answer without writing anything.
 //!
-//! The object's flexible checksum is derived from the parts' checksums by a
-//! [`Combiner`] the caller supplies: how S3 composes checksums (COMPOSITE
-//! hashes of hashes, FULL_OBJECT CRC combination) is protocol knowledge
-//! that lives in the gateway, while the store guarantees the combiner sees
-//! exactly the part records the object is made of, read in the same
-//! transaction that writes the object.
+//! The object's flexible checksum is derived from the parts' checksums
+//! ([`crate::flexsum::derive`]: COMPOSITE hashes of hashes, FULL_OBJECT CRC
+//! combination), over exactly the part records the object is made of, read
+//! in the same transaction that writes the object, and compared with the
+//! whole-object checksum the client sent, which arrives as plain data.
 
 use super::completed::{Completed, completed_key};
 use super::{
-    MpOutcome, PartRecord, UploadChecksum, UploadRecord, decode, drop_upload, encode, part_rows,
-    require_upload,
+    MpOutcome, PartRecord, UploadRecord, decode, drop_upload, encode, part_rows, require_upload,
 };
 use crate::commit::{Outcome, Round, WriteCond};
 use crate::error::{StoreError, StoreResult};
@@ -29,7 +27,6 @@ use crate::ids::BucketId;
 use crate::record::{Checksum, DataLoc, StoredObject, object_key};
 use md5::{Digest, Md5};
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 /// One entry of the client's CompleteMultipartUpload list.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -43,23 +40,6 @@ pub struct ListedPart {
     pub checksum: Option<Checksum>,
 }
 
-/// The function deriving an object's checksum from its parts': called with
-/// the upload's requested checksum and each part's (checksum, size), in
-/// object order. An error refuses the completion.
-pub type CombineFn = dyn Fn(Option<&UploadChecksum>, &[(Option<&Checksum>, u64)]) -> StoreResult<Option<Checksum>>
-    + Send
-    + Sync;
-
-/// A shareable [`CombineFn`] (Debug so it can ride in a commit op).
-#[derive(Clone)]
-pub struct Combiner(pub Arc<CombineFn>);
-
-impl std::fmt::Debug for Combiner {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Combiner")
-    }
-}
-
 /// Everything a completion needs.
 pub(crate) struct Completion<'a> {
     pub bucket: BucketId,
@@ -69,7 +49,8 @@ pub(crate) struct Completion<'a> {
     pub min_part_size: u64,
     pub cond: &'a WriteCond,
     pub mtime_ms: i64,
-    pub combine: Option<&'a Combiner>,
+    /// The whole-object checksum the client sent, to compare.
+    pub whole: Option<&'a Checksum>,
 }
 
 /// Check the client's part list against the stored parts.
@@ -115,14 +96,11 @@ fn chosen<'s>(
 fn object_checksum(
     up: &UploadRecord,
     recs: &[&PartRecord],
-    combine: Option<&Combiner>,
+    whole: Option<&Checksum>,
 ) -> StoreResult<Option<Checksum>> {
-    let Some(c) = combine else {
-        return Ok(None);
-    };
     let parts: Vec<(Option<&Checksum>, u64)> =
         recs.iter().map(|r| (r.checksum.as_ref(), r.size)).collect();
-    (c.0)(up.checksum.as_ref(), &parts)
+    crate::flexsum::derive(up.checksum.as_ref(), &parts, whole)
 }
 
 /// The parts' checksum values kept with the object: those of the object
@@ -169,7 +147,7 @@ pub(crate) fn complete(round: &mut Round<'_>, c: Completion<'_>) -> StoreResult<
     let old = round.current(&okey)?;
     crate::commit::check_cond(c.cond, old.as_ref())?;
     let recs = chosen(&stored, c.parts)?;
-    let checksum = object_checksum(&up, &recs, c.combine)?;
+    let checksum = object_checksum(&up, &recs, c.whole)?;
     let mut md5s = Md5::new();
     for rec in &recs {
         md5s.update(rec.md5);
