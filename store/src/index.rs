@@ -90,11 +90,75 @@ impl Engine {
     }
 }
 
+/// Memory one index may keep: its block cache and its memtable (fjall;
+/// sled sizes its own cache).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IndexMemory {
+    /// Block cache bytes.
+    pub cache_bytes: u64,
+    /// Memtable bytes at which it is flushed to a table.
+    pub memtable_bytes: u64,
+}
+
+/// What one index keeps at most (and the catalog's size).
+pub const INDEX_MEMORY_MAX: u64 = 16 << 20;
+/// What one index keeps at least.
+pub const INDEX_MEMORY_MIN: u64 = 1 << 20;
+
+impl Default for IndexMemory {
+    fn default() -> Self {
+        IndexMemory {
+            cache_bytes: INDEX_MEMORY_MAX,
+            memtable_bytes: INDEX_MEMORY_MAX,
+        }
+    }
+}
+
+impl IndexMemory {
+    /// One of `count` indexes' share of `budget` bytes (half cache, half
+    /// memtable), between [`INDEX_MEMORY_MIN`] and [`INDEX_MEMORY_MAX`]
+    /// each: so a data dir's index memory stays near its budget whatever
+    /// its partition count, instead of growing by 32 MiB a partition.
+    pub fn share(budget: u64, count: u32) -> IndexMemory {
+        let each = (budget / 2 / u64::from(count.max(1))).clamp(INDEX_MEMORY_MIN, INDEX_MEMORY_MAX);
+        IndexMemory {
+            cache_bytes: each,
+            memtable_bytes: each,
+        }
+    }
+}
+
 /// Open (creating if needed) an index of `engine` in directory `path`,
 /// wrapped so that it reopens itself after a failed write or sync
-/// ([`crate::index_reopen`]).
+/// ([`crate::index_reopen`]), with the default memory.
 pub fn open_index(engine: Engine, path: &Path) -> StoreResult<Box<dyn MetaIndex>> {
+    open_index_with(engine, path, IndexMemory::default())
+}
+
+/// [`open_index`] keeping at most `mem`.
+pub fn open_index_with(
+    engine: Engine,
+    path: &Path,
+    mem: IndexMemory,
+) -> StoreResult<Box<dyn MetaIndex>> {
     Ok(Box::new(crate::index_reopen::ReopeningIndex::open(
-        engine, path,
+        engine, path, mem,
     )?))
+}
+
+#[cfg(test)]
+mod memory_tests {
+    use super::*;
+
+    #[test]
+    fn the_budget_is_shared_within_bounds() {
+        let m = IndexMemory::share(128 << 20, 16);
+        assert_eq!((m.cache_bytes, m.memtable_bytes), (4 << 20, 4 << 20));
+        assert_eq!(IndexMemory::share(128 << 20, 1), IndexMemory::default());
+        assert_eq!(
+            IndexMemory::share(128 << 20, 4096).cache_bytes,
+            INDEX_MEMORY_MIN
+        );
+        assert_eq!(IndexMemory::share(0, 0).memtable_bytes, INDEX_MEMORY_MIN);
+    }
 }

@@ -13,19 +13,14 @@
 //!   one key would be ambiguous; the batch is reduced to the last op per key
 //!   before it is committed.
 //!
-//! Memory is kept modest because 16 partition indexes share one process.
+//! Memory is kept modest because many partition indexes share one process:
+//! each gets its share of the data dir's budget ([`IndexMemory`]).
 
 use crate::error::{StoreError, StoreResult};
-use crate::index::{BatchOp, Entry, MetaIndex, WriteBatch};
+use crate::index::{BatchOp, Entry, IndexMemory, MetaIndex, WriteBatch};
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode, Readable};
 use std::collections::HashSet;
 use std::path::Path;
-
-/// Block cache per index (fjall's default is 32 MiB).
-const CACHE_BYTES: u64 = 16 * 1024 * 1024;
-
-/// Memtable size at which fjall flushes to a table (default 64 MiB).
-const MEMTABLE_BYTES: u64 = 16 * 1024 * 1024;
 
 /// Journal size that forces memtable flushes (fjall's minimum).
 const MAX_JOURNAL_BYTES: u64 = 64 * 1024 * 1024;
@@ -40,16 +35,23 @@ pub struct FjallIndex {
 }
 
 impl FjallIndex {
-    /// Open (creating if needed) the fjall database in directory `path`.
+    /// Open (creating if needed) the fjall database in directory `path`,
+    /// with the default memory.
     pub fn open(path: &Path) -> StoreResult<FjallIndex> {
+        Self::open_with(path, IndexMemory::default())
+    }
+
+    /// [`FjallIndex::open`] keeping at most `mem` (fjall's defaults are a
+    /// 32 MiB cache and 64 MiB memtables).
+    pub fn open_with(path: &Path, mem: IndexMemory) -> StoreResult<FjallIndex> {
         let db = Database::builder(path)
-            .cache_size(CACHE_BYTES)
+            .cache_size(mem.cache_bytes)
             .max_journaling_size(MAX_JOURNAL_BYTES)
             .open()
             .map_err(engine_err)?;
         let keyspace = db
             .keyspace(KEYSPACE, || {
-                KeyspaceCreateOptions::default().max_memtable_size(MEMTABLE_BYTES)
+                KeyspaceCreateOptions::default().max_memtable_size(mem.memtable_bytes)
             })
             .map_err(engine_err)?;
         let index = FjallIndex { db, keyspace };

@@ -38,6 +38,7 @@ pub const RETRY_EVERY: Duration = Duration::from_secs(1);
 pub struct ReopeningIndex {
     engine: Engine,
     path: PathBuf,
+    mem: crate::index::IndexMemory,
     /// The open engine; `None` while closed (reopen failed).
     inner: RwLock<Option<Box<dyn MetaIndex>>>,
     /// A write or sync failed and the engine has not been reopened since.
@@ -50,11 +51,16 @@ pub struct ReopeningIndex {
 
 impl ReopeningIndex {
     /// Open the index of `engine` in `path`.
-    pub fn open(engine: Engine, path: &Path) -> StoreResult<ReopeningIndex> {
+    pub fn open(
+        engine: Engine,
+        path: &Path,
+        mem: crate::index::IndexMemory,
+    ) -> StoreResult<ReopeningIndex> {
         Ok(ReopeningIndex {
             engine,
             path: path.to_path_buf(),
-            inner: RwLock::new(Some(open_engine(engine, path)?)),
+            mem,
+            inner: RwLock::new(Some(open_engine(engine, path, mem)?)),
             broken: AtomicBool::new(false),
             retry_after: Mutex::new(None),
             reopens: AtomicU64::new(0),
@@ -110,7 +116,7 @@ impl ReopeningIndex {
             if attempt > 0 {
                 std::thread::sleep(BACKOFF * 2u32.pow(attempt - 1));
             }
-            match open_engine(self.engine, &self.path) {
+            match open_engine(self.engine, &self.path, self.mem) {
                 Ok(index) => {
                     *inner = Some(index);
                     self.broken.store(false, Ordering::Release);
@@ -136,9 +142,15 @@ fn closed() -> StoreError {
     StoreError::Unavailable("the index is being reopened after an I/O error".into())
 }
 
-fn open_engine(engine: Engine, path: &Path) -> StoreResult<Box<dyn MetaIndex>> {
+fn open_engine(
+    engine: Engine,
+    path: &Path,
+    mem: crate::index::IndexMemory,
+) -> StoreResult<Box<dyn MetaIndex>> {
     match engine {
-        Engine::Fjall => Ok(Box::new(crate::index_fjall::FjallIndex::open(path)?)),
+        Engine::Fjall => Ok(Box::new(crate::index_fjall::FjallIndex::open_with(
+            path, mem,
+        )?)),
         Engine::Sled => Ok(Box::new(crate::index_sled::SledIndex::open(path)?)),
     }
 }
@@ -175,7 +187,7 @@ mod tests {
     fn reopen_keeps_synced_data_for_both_engines() {
         for engine in [Engine::Fjall, Engine::Sled] {
             let dir = tempfile::tempdir().expect("tempdir");
-            let index = ReopeningIndex::open(engine, dir.path()).expect("open");
+            let index = ReopeningIndex::open(engine, dir.path(), Default::default()).expect("open");
             let mut batch = WriteBatch::default();
             batch.put(b"k".to_vec(), b"v".to_vec());
             index.write(batch).expect("write");

@@ -15,7 +15,7 @@
 use crate::commit::{self, Op, Outcome, Request, WriteCond};
 use crate::error::{StoreError, StoreResult};
 use crate::ids::{BucketId, PartitionId};
-use crate::index::{Engine, MetaIndex, open_index};
+use crate::index::{Engine, IndexMemory, MetaIndex, open_index_with};
 use crate::record::{
     DataLoc, ObjectInfo, ObjectMeta, PartLoc, StoredObject, Tag, Usage, object_key, usage_key,
 };
@@ -71,13 +71,14 @@ impl Partition {
         id: PartitionId,
         engine: Engine,
         cfg: &StoreConfig,
+        mem: IndexMemory,
         space: Arc<Space>,
         gate: Arc<crate::gate::BucketGate>,
     ) -> StoreResult<Arc<Partition>> {
         let root = dir.join("partitions").join(id.to_string());
         let index_dir = root.join("index");
         std::fs::create_dir_all(&index_dir)?;
-        let index: Arc<dyn MetaIndex> = Arc::from(open_index(engine, &index_dir)?);
+        let index: Arc<dyn MetaIndex> = Arc::from(open_index_with(engine, &index_dir, mem)?);
         let volumes = Arc::new(VolumeSet::open(&root.join("volumes"), cfg.segment_max)?);
         let (tx, thread) = commit::spawn(
             format!("commit-{id}"),

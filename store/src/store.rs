@@ -43,7 +43,14 @@ pub struct StoreConfig {
     /// Free space kept for deletes and compaction: writes that would go
     /// below it are refused ([`crate::space`]).
     pub disk_reserve: crate::space::DiskReserve,
+    /// Bytes of block cache and memtables all partition indexes share
+    /// (each gets its share, 1 to 16 MiB of each: [`crate::index::IndexMemory::share`]).
+    pub index_memory: u64,
 }
+
+/// Default [`StoreConfig::index_memory`]: 128 MiB, so 16 partitions keep
+/// 4 MiB of cache and 4 MiB of memtable each.
+pub const DEFAULT_INDEX_MEMORY: u64 = 128 << 20;
 
 impl Default for StoreConfig {
     fn default() -> Self {
@@ -55,6 +62,7 @@ impl Default for StoreConfig {
             min_part_size: 5 << 20,
             durable: true,
             disk_reserve: crate::space::DiskReserve::Auto,
+            index_memory: DEFAULT_INDEX_MEMORY,
         }
     }
 }
@@ -126,6 +134,7 @@ impl Store {
             ..cfg
         };
         let gate = Arc::new(crate::gate::BucketGate::default());
+        let mem = crate::index::IndexMemory::share(cfg.index_memory, layout.partitions);
         // Partitions open in parallel: an LSM engine replays its journal on
         // open, and a restart should cost one replay, not one per partition.
         let partitions = std::thread::scope(|scope| {
@@ -140,6 +149,7 @@ impl Store {
                             crate::ids::PartitionId(p),
                             layout.engine,
                             cfg,
+                            mem,
                             space,
                             gate,
                         )
