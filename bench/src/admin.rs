@@ -1,5 +1,6 @@
-//! The two admin-API calls the multi-tenant bench needs: create a tenant
-//! (weight, first key) and read the gateway's `/metrics`.
+//! The admin-API calls the multi-tenant bench and the soak need: create a
+//! tenant (weight, first key) and read the gateway's `/metrics` (served
+//! cost per tenant, and the lanes' gauges the soak's leak check reads).
 //!
 //! The admin listener is plain HTTP on loopback with a bearer token (see
 //! `docs/admin-api.yaml`). The bench provisions its own tenants so every
@@ -85,6 +86,12 @@ impl AdminClient {
         Ok(sum_by_tenant(&text, "laneway_cost_units_total"))
     }
 
+    /// The lanes' gauges now, from `/metrics`.
+    pub async fn lane_gauges(&self) -> Result<LaneGauges, String> {
+        let text = self.call(Method::GET, "/metrics", String::new()).await?;
+        Ok(LaneGauges::parse(&text))
+    }
+
     async fn call(&self, method: Method, path: &str, body: String) -> Result<String, String> {
         let req = Request::builder()
             .method(method.clone())
@@ -112,6 +119,44 @@ impl AdminClient {
             .await
             .map_err(|_| format!("admin {method} {path}: timed out"))?
             .map_err(|e| format!("admin {method} {path}: {e}"))
+    }
+}
+
+/// What the lanes hold and queue, from `/metrics`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LaneGauges {
+    /// `laneway_lanes_in_flight_units`: cost units granted, not released.
+    pub in_flight_units: u64,
+    /// Sum of `laneway_lane_queue_depth`: requests and chunks waiting.
+    pub lane_queued: u64,
+    /// Sum of `laneway_queue_depth`: requests waiting for admission.
+    pub admission_queued: u64,
+}
+
+impl LaneGauges {
+    /// Reads the three gauges from a metrics text.
+    pub fn parse(text: &str) -> LaneGauges {
+        let value = |line: &str| {
+            line.rsplit_once(' ')
+                .and_then(|(_, v)| v.trim().parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        let mut g = LaneGauges::default();
+        for line in text.lines() {
+            if line.starts_with("laneway_lanes_in_flight_units ") {
+                g.in_flight_units = value(line);
+            } else if line.starts_with("laneway_lane_queue_depth{") {
+                g.lane_queued += value(line);
+            } else if line.starts_with("laneway_queue_depth{") {
+                g.admission_queued += value(line);
+            }
+        }
+        g
+    }
+
+    /// True when nothing is held or queued.
+    pub fn idle(&self) -> bool {
+        self.in_flight_units == 0 && self.lane_queued == 0 && self.admission_queued == 0
     }
 }
 
@@ -157,6 +202,23 @@ mod tests {
         assert_eq!(m.get("t-a"), Some(&15));
         assert_eq!(m.get("t-b"), Some(&7));
         assert_eq!(m.len(), 2);
+    }
+
+    #[test]
+    fn reads_lane_gauges() {
+        let text = "# TYPE laneway_lanes_in_flight_units gauge\n\
+            laneway_lanes_in_flight_units 98304\n\
+            laneway_lane_queue_depth{tenant=\"t-a\"} 2\n\
+            laneway_lane_queue_depth{tenant=\"t-b\"} 1\n\
+            laneway_queue_depth{tenant=\"t-a\",op=\"GetObject\"} 4\n\
+            laneway_lane_weight{tenant=\"t-a\"} 9\n";
+        let g = LaneGauges::parse(text);
+        assert_eq!(
+            (g.in_flight_units, g.lane_queued, g.admission_queued),
+            (98304, 3, 4)
+        );
+        assert!(!g.idle());
+        assert!(LaneGauges::parse("laneway_lanes_in_flight_units 0\n").idle());
     }
 
     #[test]

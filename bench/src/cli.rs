@@ -48,6 +48,9 @@ pub enum Mode {
     /// Several tenants at once, each with its own key, weight, concurrency
     /// and mix; per-tenant throughput, latency and share per phase.
     Tenants(TenantsArgs),
+    /// Long mixed run of four tenants beside misbehaving clients, with an
+    /// overload phase; checks leaks, memory, errors and read-back at the end.
+    Soak(SoakArgs),
 }
 
 /// Where to send requests and as whom.
@@ -213,6 +216,58 @@ pub struct TenantsArgs {
     /// Per-request timeout in seconds (raised automatically for big objects).
     #[arg(long, default_value_t = 60)]
     pub timeout: u64,
+}
+
+/// Arguments of `soak` (see `bench/src/soak/mod.rs`).
+#[derive(Debug, Clone, Args)]
+pub struct SoakArgs {
+    /// Seconds of load (normal 40 %, 2x overload 30 %, normal 30 %).
+    #[arg(long, default_value_t = 1200, value_parser = clap::value_parser!(u64).range(20..=3600))]
+    pub duration: u64,
+    /// Seconds of normal load before that, to fill the server's caches
+    /// before its RSS baseline (taken at warm-up + duration/20) is read.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=600))]
+    pub warmup: u64,
+    /// Store partitions of the server the soak starts (its default if
+    /// unset; each partition has its own index memtable and block cache).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub partitions: Option<u32>,
+    /// `laneway` binary to start (ignored with --endpoint).
+    #[arg(long, env = "LANEWAY_BIN", default_value = "target/release/laneway")]
+    pub bin: PathBuf,
+    /// Use this running server instead of starting one; loopback only
+    /// (needs --admin-endpoint and --admin-token; --server-pid for RSS/CPU).
+    #[arg(long, requires_all = ["admin_endpoint", "admin_token"])]
+    pub endpoint: Option<String>,
+    /// Admin endpoint of the running server.
+    #[arg(long)]
+    pub admin_endpoint: Option<String>,
+    /// Admin token of the running server.
+    #[arg(long, env = "LANEWAY_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+    /// Pid of the running server (RSS and CPU checks are skipped without it).
+    #[arg(long)]
+    pub server_pid: Option<u32>,
+    /// Closed-loop workers per tenant in the normal phases (doubled in the
+    /// overload phase).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub concurrency: u64,
+    /// Keys each worker owns.
+    #[arg(long, default_value_t = 12, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub keys_per_worker: u64,
+    /// Slow readers open at any time (half read 4 KiB/s, half read nothing).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(0..=512))]
+    pub slow_readers: u64,
+    /// Workers of each other misbehaving kind (GET dropped mid-body, PUT
+    /// cut mid-body, unauthenticated junk).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(0..=64))]
+    pub rogues: u64,
+    /// Client-side timeout of a polite request, seconds.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=600))]
+    pub timeout: u64,
+    /// Seed for keys, sizes, operations and contents.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
 }
 
 /// Arguments of `null`.

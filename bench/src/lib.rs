@@ -14,7 +14,8 @@
 //! - modes: `workload` (timed put/get/head/tag/mixed), `fill` (bulk load
 //!   and key naming), `list` (LIST walks), `null_server` (the ceiling),
 //!   `fsync` (the durable-append probe), `tenants` (several tenants at
-//!   once, with `admin` to provision them and read the server's costs);
+//!   once, with `admin` to provision them and read the server's costs),
+//!   `soak` (a long run with misbehaving clients and end-of-run checks);
 //! - binary: `cli` (clap arguments) and `modes` (runs one mode, prints
 //!   its method and figures);
 //! - helpers: `content` (deterministic object bytes), `size` (`4KiB`),
@@ -39,6 +40,7 @@ pub mod report;
 pub mod rss;
 pub mod sign;
 pub mod size;
+pub mod soak;
 pub mod tenants;
 pub mod workload;
 pub mod xml;

@@ -36,6 +36,7 @@ pub async fn run(mode: Mode) -> Result<(), String> {
         Mode::Null(a) => null_mode(a).await,
         Mode::Fsync(a) => fsync_mode(a).await,
         Mode::Tenants(a) => crate::tenants::run_mode(a).await,
+        Mode::Soak(a) => crate::soak::run_mode(a).await,
     }
 }
 
