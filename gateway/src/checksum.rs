@@ -70,9 +70,9 @@ pub fn requested(
     }
 }
 
-/// The checksum computed over an upload, once it has been read. The same
-/// slot is handed to the store (`PutOptions::checksum`), which keeps the
-/// value with the object when it commits, after the body has ended.
+/// The checksum computed over an upload, once it has been read (echoed in
+/// the response; the store computes and keeps its own over the bytes it
+/// stores, `laneway_store::ChecksumSpec`).
 #[derive(Clone, Default)]
 pub struct Computed(Arc<OnceLock<laneway_store::Checksum>>);
 
@@ -80,11 +80,6 @@ impl Computed {
     /// The base64 value, if the body was read to its end.
     pub fn get(&self) -> Option<String> {
         self.0.get().map(|c| c.value.clone())
-    }
-
-    /// The slot the store reads at commit.
-    pub fn slot(&self) -> Arc<OnceLock<laneway_store::Checksum>> {
-        Arc::clone(&self.0)
     }
 }
 

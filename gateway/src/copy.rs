@@ -32,8 +32,8 @@ use futures::StreamExt;
 use laneway_store::{BodyStream, ObjectInfo, PutOptions, WriteCond};
 use s3s::dto::*;
 use s3s::{S3Request, S3Response};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
 
 /// Whether a directive header says REPLACE (COPY when absent).
 fn replaces(directive: Option<&str>, header: &str) -> GwResult<bool> {
@@ -204,7 +204,10 @@ pub async fn copy_object(
         content_length: Some(info.size),
         tags: new_tags.unwrap_or_else(|| info.tags.clone()),
         // The bytes are the source's: so is its checksum.
-        checksum: info.checksum.clone().map(|c| Arc::new(OnceLock::from(c))),
+        checksum: info
+            .checksum
+            .clone()
+            .map(laneway_store::ChecksumSpec::Known),
     };
     let meta = new_meta.unwrap_or_else(|| info.meta.clone());
     let (stream, source_failed) = watched(stream, &req.extensions);

@@ -122,12 +122,15 @@ pub async fn upload_part(
     composite::check_part(declared.as_ref(), wanted.as_ref().map(|w| w.algo))?;
 
     let (stream, faults) = body::upload(input.body);
-    let (stream, computed) = checksum::verify_requested(stream, wanted, &faults);
+    let algo = wanted.as_ref().map(|w| w.algo);
+    // The client's value is checked on the way (a mismatch fails the body);
+    // the store computes and keeps its own over the bytes it stores.
+    let (stream, _) = checksum::verify_requested(stream, wanted, &faults);
     let opts = PutOptions {
         content_md5,
         content_length: Some(length),
         tags: Vec::new(),
-        checksum: computed.as_ref().map(checksum::Computed::slot),
+        checksum: algo.map(laneway_store::ChecksumSpec::Compute),
     };
     // A part adds no object; its bytes are held against the quota while it
     // streams, then count in the tenant's usage.

@@ -12,7 +12,7 @@
 //! bytes are reserved against the tenant's quota before they are copied,
 //! as an UploadPart's are ([`crate::quota::Quotas::reserve_part`]).
 
-use crate::checksum::{self, Algo, Expected};
+use crate::checksum::Algo;
 use crate::conditional::Conditions;
 use crate::context::{Gateway, ReqCtx};
 use crate::copy::{check_source, source_of, watched};
@@ -141,24 +141,14 @@ pub async fn upload_part_copy(
         .reserve_part(gw.store(), &ctx, part, len)
         .await?;
     let (stream, source_failed) = watched(stream, &req.extensions);
-    let faults = crate::body::FaultSlot::default();
+    // The copied bytes have no client checksum to check: the store
+    // computes the upload's algorithm over them as it stores the part.
     let algo = wanted.as_ref().and_then(|w| Algo::from_name(&w.algorithm));
-    let (stream, computed) = match algo {
-        Some(algo) => {
-            let req = checksum::Request {
-                algo,
-                expected: Expected::Compute,
-            };
-            let (s, c) = checksum::verify(stream, req, &faults);
-            (s, Some(c))
-        }
-        None => (stream, None),
-    };
     let opts = PutOptions {
         content_md5: None,
         content_length: Some(len),
         tags: Vec::new(),
-        checksum: computed.as_ref().map(checksum::Computed::slot),
+        checksum: algo.map(laneway_store::ChecksumSpec::Compute),
     };
     let part = gw
         .store()

@@ -163,7 +163,7 @@ pub async fn store_upload(
         content_md5,
         content_length: Some(length),
         tags,
-        checksum: computed.as_ref().map(checksum::Computed::slot),
+        checksum: algo.map(laneway_store::ChecksumSpec::Compute),
     };
     let write = crate::quota::Write {
         bucket: &bucket,

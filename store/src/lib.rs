@@ -51,5 +51,5 @@ pub use list::{ListEntry, ListPage, ListQuery, Resume};
 pub use multipart::{PartInfo, UploadInfo};
 pub use record::{Checksum, ObjectInfo, ObjectMeta, Tag};
 pub use space::DiskReserve;
-pub use store::{BodyStream, BucketInfo, GetRange, PutOptions, Store, StoreConfig};
+pub use store::{BodyStream, BucketInfo, ChecksumSpec, GetRange, PutOptions, Store, StoreConfig};
 pub use uploads::{ObjectPart, UploadEntry, UploadPage, UploadQuery};

@@ -60,8 +60,53 @@ pub fn now_ms() -> i64 {
 pub(crate) struct Received {
     pub(crate) size: u64,
     pub(crate) md5: [u8; 16],
+    /// The flexible checksum the upload keeps ([`crate::ChecksumSpec`]).
+    pub(crate) checksum: Option<crate::record::Checksum>,
     pub(crate) data: DataLoc,
     pub(crate) segment: Option<u64>,
+}
+
+/// The digests of a body taken as it is received: MD5 (the ETag) and the
+/// flexible checksum the upload asked to compute.
+pub(crate) struct Digests {
+    md5: Md5,
+    flex: Option<(crate::flexsum::Algo, crate::flexsum::Hasher)>,
+}
+
+impl Digests {
+    fn new(opts: &PutOptions) -> Digests {
+        let flex = match &opts.checksum {
+            Some(crate::store::ChecksumSpec::Compute(a)) => {
+                Some((*a, crate::flexsum::Hasher::new(*a)))
+            }
+            _ => None,
+        };
+        Digests {
+            md5: Md5::new(),
+            flex,
+        }
+    }
+
+    fn update(&mut self, data: &[u8]) {
+        self.md5.update(data);
+        if let Some((_, h)) = &mut self.flex {
+            h.update(data);
+        }
+    }
+
+    /// The MD5 (checked against Content-MD5) and the checksum to keep.
+    fn finish(self, opts: &PutOptions) -> StoreResult<([u8; 16], Option<crate::record::Checksum>)> {
+        let md5 = finish_md5(self.md5, opts)?;
+        let checksum = match (self.flex, &opts.checksum) {
+            (Some((algo, mut h)), _) => Some(crate::record::Checksum {
+                algorithm: algo.name().to_string(),
+                value: h.finish(),
+            }),
+            (None, Some(crate::store::ChecksumSpec::Known(c))) => Some(c.clone()),
+            (None, _) => None,
+        };
+        Ok((md5, checksum))
+    }
 }
 
 impl Partition {
@@ -198,7 +243,7 @@ impl Partition {
             mtime_ms: now_ms(),
             parts: 0,
             meta,
-            checksum: opts.checksum.as_ref().and_then(|c| c.get().cloned()),
+            checksum: got.checksum,
             tags: opts.tags,
             data: got.data,
             part_checksums: Vec::new(),
@@ -221,30 +266,31 @@ impl Partition {
         opts: &PutOptions,
         mut body: BodyStream,
     ) -> StoreResult<Received> {
-        let mut md5 = Md5::new();
+        let mut digests = Digests::new(opts);
         let mut head: Vec<u8> = Vec::new();
         let goes_inline = opts.content_length.is_none_or(|n| n <= self.inline_max);
         if goes_inline {
             while let Some(chunk) = body.next().await {
                 let chunk = chunk.map_err(|e| StoreError::Body(e.to_string()))?;
-                md5.update(&chunk);
+                digests.update(&chunk);
                 head.extend_from_slice(&chunk);
                 if head.len() as u64 > self.inline_max {
                     break;
                 }
             }
             if head.len() as u64 <= self.inline_max {
-                let md5 = finish_md5(md5, opts)?;
+                let (md5, checksum) = digests.finish(opts)?;
                 check_length(head.len() as u64, opts)?;
                 return Ok(Received {
                     size: head.len() as u64,
                     md5,
+                    checksum,
                     data: DataLoc::Inline(head),
                     segment: None,
                 });
             }
         }
-        self.receive_to_volume(bucket, key.as_bytes(), 0, opts, md5, head, body)
+        self.receive_to_volume(bucket, key.as_bytes(), 0, opts, digests, head, body)
             .await
     }
 
@@ -263,7 +309,7 @@ impl Partition {
             header_key,
             flags,
             opts,
-            Md5::new(),
+            Digests::new(opts),
             Vec::new(),
             body,
         )
@@ -277,7 +323,7 @@ impl Partition {
         header_key: &[u8],
         flags: u8,
         opts: &PutOptions,
-        md5: Md5,
+        digests: Digests,
         head: Vec<u8>,
         body: BodyStream,
     ) -> StoreResult<Received> {
@@ -286,13 +332,15 @@ impl Partition {
             seg: &mut seg,
             space: &self.space,
         };
-        let result = write_record(target, bucket, header_key, flags, opts, md5, head, body).await;
+        let result =
+            write_record(target, bucket, header_key, flags, opts, digests, head, body).await;
         let id = seg.id();
         self.volumes.release(seg);
-        let (size, md5, data) = result?;
+        let (size, (md5, checksum), data) = result?;
         Ok(Received {
             size,
             md5,
+            checksum,
             data,
             segment: Some(id),
         })
@@ -507,16 +555,16 @@ async fn write_record(
     header_key: &[u8],
     flags: u8,
     opts: &PutOptions,
-    mut md5: Md5,
+    mut digests: Digests,
     head: Vec<u8>,
     mut body: BodyStream,
-) -> StoreResult<(u64, [u8; 16], DataLoc)> {
+) -> StoreResult<(u64, ([u8; 16], Option<crate::record::Checksum>), DataLoc)> {
     let mut rw = RecordWriter::begin_with_flags(seg, bucket, header_key, flags)?;
     space.charge(head.len() as u64)?;
     rw.push(&head)?;
     while let Some(chunk) = body.next().await {
         let chunk = chunk.map_err(|e| StoreError::Body(e.to_string()))?;
-        md5.update(&chunk);
+        digests.update(&chunk);
         space.charge(chunk.len() as u64)?;
         rw.push(&chunk)?;
         if opts.content_length.is_some_and(|n| rw.data_len() > n) {
@@ -527,8 +575,8 @@ async fn write_record(
     }
     let size = rw.data_len();
     check_length(size, opts)?;
-    let md5 = finish_md5(md5, opts)?;
-    Ok((size, md5, rw.finish()?))
+    let sums = digests.finish(opts)?;
+    Ok((size, sums, rw.finish()?))
 }
 
 fn unexpected(o: &Outcome) -> StoreError {

@@ -93,9 +93,21 @@ pub struct PutOptions {
     pub content_length: Option<u64>,
     /// Tags to store with the object.
     pub tags: Vec<Tag>,
-    /// The body's flexible checksum, filled (by the body stream, for
-    /// trailers) by the time the body ends; read when the object commits.
-    pub checksum: Option<std::sync::Arc<std::sync::OnceLock<crate::record::Checksum>>>,
+    /// The flexible checksum to keep with the object.
+    pub checksum: Option<ChecksumSpec>,
+}
+
+/// Which flexible checksum an upload keeps: plain data, so it crosses the
+/// cluster RPC as well as a function call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ChecksumSpec {
+    /// Compute this algorithm over the bytes as they are stored. (The
+    /// gateway checks the client's value, header or trailer, and fails the
+    /// body on a mismatch, so nothing commits; the store records what it
+    /// computed over what it wrote, end to end across any hop between.)
+    Compute(crate::flexsum::Algo),
+    /// The value is known already (a copy of an object that has one).
+    Known(crate::record::Checksum),
 }
 
 /// A byte range of an object to read, already resolved against its size:

@@ -116,8 +116,7 @@ impl Store {
             header_key_len: header_key.len() as u64,
             size: got.size,
         };
-        // The body has ended, so a verified checksum is in its slot.
-        let checksum = opts.checksum.as_ref().and_then(|c| c.get().cloned());
+        let checksum = got.checksum.clone();
         let record = PartRecord {
             size: got.size,
             md5: got.md5,

@@ -15,7 +15,7 @@ use crc_fast::{CrcAlgorithm, Digest};
 use ring::digest;
 
 /// A checksum algorithm S3 clients may send.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Algo {
     /// CRC32 (ISO-HDLC).
     Crc32,
