@@ -20,7 +20,9 @@ async fn the_store_computes_or_keeps_the_checksum_it_is_asked_for() {
         ("volume", 300_000, Algo::Sha256),
         ("crc64", 70_000, Algo::Crc64Nvme),
     ] {
-        let data: Vec<u8> = (0..len).map(|i| u8::try_from(i % 251).unwrap_or(0)).collect();
+        let data: Vec<u8> = (0..len)
+            .map(|i| u8::try_from(i % 251).unwrap_or(0))
+            .collect();
         let opts = PutOptions {
             content_length: Some(len as u64),
             checksum: Some(ChecksumSpec::Compute(algo)),
