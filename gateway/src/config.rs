@@ -93,6 +93,14 @@ pub struct ServeArgs {
     #[arg(long, env = "LANEWAY_DISK_RESERVE", default_value = "auto")]
     pub disk_reserve: String,
 
+    /// Memory the metadata indexes of all partitions share (block caches
+    /// and memtables; each partition gets an equal share, 1 to 16 MiB of
+    /// each), e.g. `128M` or `1G`. More memory flushes memtables less
+    /// often (cheaper writes) and caches more of the index (cheaper cold
+    /// reads).
+    #[arg(long, env = "LANEWAY_INDEX_MEMORY", default_value = "128M")]
+    pub index_memory: String,
+
     /// Log filter (tracing EnvFilter syntax, e.g. `info` or
     /// `laneway_gateway=debug`); falls back to RUST_LOG, then `info`.
     #[arg(long = "log", env = "LANEWAY_LOG")]
@@ -223,6 +231,8 @@ pub struct ServeConfig {
     pub engine: Option<Engine>,
     /// Free disk space kept for deletes and compaction.
     pub disk_reserve: laneway_store::DiskReserve,
+    /// Bytes the partition indexes share ([`ServeArgs::index_memory`]).
+    pub index_memory: u64,
     /// Log filter, if given.
     pub log: Option<String>,
     /// Grace period of a shutdown.
@@ -269,6 +279,15 @@ impl ServeArgs {
         }
         let disk_reserve = laneway_store::DiskReserve::parse(&self.disk_reserve)
             .map_err(|e| format!("--disk-reserve: {e}"))?;
+        let index_memory = crate::admin::cli::parse_size(&self.index_memory)
+            .ok()
+            .filter(|n| *n >= 1 << 20)
+            .ok_or_else(|| {
+                format!(
+                    "--index-memory: {:?} is not a size of at least 1 MiB (like 128M or 1G)",
+                    self.index_memory
+                )
+            })?;
         let engine = self
             .engine
             .map(|e| {
@@ -315,6 +334,7 @@ impl ServeArgs {
             partitions: self.partitions,
             engine,
             disk_reserve,
+            index_memory,
             log: self.log,
             shutdown_grace: Duration::from_secs(self.shutdown_grace),
             upload_max_age: Duration::from_secs(self.upload_max_age_hours * 3600),
@@ -529,6 +549,11 @@ mod tests {
         use laneway_store::DiskReserve;
         let d = parse(&["laneway", "serve"]).expect("ok");
         assert_eq!(d.disk_reserve, DiskReserve::Auto);
+        assert_eq!(d.index_memory, 128 << 20);
+        let c = parse(&["laneway", "serve", "--index-memory", "1G"]).expect("ok");
+        assert_eq!(c.index_memory, 1 << 30);
+        assert!(parse(&["laneway", "serve", "--index-memory", "12"]).is_err());
+        assert!(parse(&["laneway", "serve", "--index-memory", "lots"]).is_err());
         let c = parse(&["laneway", "serve", "--disk-reserve", "8M"]).expect("ok");
         assert_eq!(c.disk_reserve, DiskReserve::Bytes(8 << 20));
         let c = parse(&["laneway", "serve", "--disk-reserve", "2%"]).expect("ok");

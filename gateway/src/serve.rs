@@ -222,6 +222,7 @@ async fn open_store(cfg: &ServeConfig) -> Result<Arc<Store>, ServeError> {
         partitions: cfg.partitions,
         engine: cfg.engine,
         disk_reserve: cfg.disk_reserve,
+        index_memory: cfg.index_memory,
         ..StoreConfig::default()
     };
     Ok(tokio::task::spawn_blocking(move || Store::open(&dir, scfg)).await??)
