@@ -201,8 +201,11 @@ impl VolumeSet {
         );
         // The directory entry must be durable before any record in it is acknowledged.
         sync_dir(&self.dir)?;
-        self.files.write().insert(id, Arc::clone(&file));
+        // Active before it is a file of the set: `sealed` reads the files
+        // first, so it never sees a new segment as sealed (and compaction
+        // never deletes one a writer is about to append to).
         self.active.lock().insert(id);
+        self.files.write().insert(id, Arc::clone(&file));
         Ok(SegmentWriter {
             id,
             file,
@@ -277,13 +280,14 @@ impl VolumeSet {
 
     /// Sealed segments with their file lengths.
     pub fn sealed(&self) -> StoreResult<Vec<(u64, u64)>> {
-        let active = self.active.lock().clone();
+        // Files first, then the active set (see `take_writer`).
         let files: Vec<(u64, Arc<File>)> = self
             .files
             .read()
             .iter()
             .map(|(id, f)| (*id, Arc::clone(f)))
             .collect();
+        let active = self.active.lock().clone();
         let mut out = Vec::new();
         for (id, f) in files.into_iter().filter(|(id, _)| !active.contains(id)) {
             out.push((id, f.metadata()?.len()));
