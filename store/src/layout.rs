@@ -9,7 +9,6 @@ use crate::error::{StoreError, StoreResult};
 use crate::index::Engine;
 use crate::store::StoreConfig;
 use serde::{Deserialize, Serialize};
-use std::io::Write;
 use std::path::Path;
 
 /// Layout format written by this version.
@@ -80,16 +79,10 @@ impl Layout {
             partitions,
             engine: cfg.engine.unwrap_or(Engine::Fjall),
         };
-        std::fs::create_dir_all(dir)?;
-        // Write-then-rename so a crash never leaves a half-written identity.
-        let tmp = dir.join(format!("{FILE}.tmp"));
-        let mut f = std::fs::File::create(&tmp)?;
         let text = serde_json::to_vec_pretty(&layout)
             .map_err(|e| StoreError::Layout(format!("encoding laneway.json: {e}")))?;
-        f.write_all(&text)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, dir.join(FILE))?;
-        crate::volume::sync_dir(dir)?;
+        // A crash never leaves a half-written identity.
+        crate::fsutil::write_atomically(&dir.join(FILE), &text, 0o644)?;
         Ok(layout)
     }
 }

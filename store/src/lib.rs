@@ -20,6 +20,7 @@ pub mod commit;
 pub mod compaction;
 pub mod error;
 pub mod flexsum;
+pub mod fsutil;
 pub mod gate;
 pub mod hash;
 pub mod ids;

@@ -7,7 +7,6 @@
 
 use crate::cluster::file::{ClusterFile, ClusterFileError, FORMAT, RawFile, RawMap, RawNode};
 use ring::rand::{SecureRandom, SystemRandom};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// Name of the secret file beside a cluster file that `init` writes.
@@ -92,27 +91,12 @@ fn write_secret(path: &Path) -> Result<(), ClusterFileError> {
     write_atomically(path, text.as_bytes(), 0o600)
 }
 
-/// Write via a temporary file and rename, so a reader never sees half a file.
+/// [`crate::fsutil::write_atomically`], its error naming the file.
 fn write_atomically(path: &Path, bytes: &[u8], mode: u32) -> Result<(), ClusterFileError> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let err = |source| ClusterFileError::Write {
+    crate::fsutil::write_atomically(path, bytes, mode).map_err(|source| ClusterFileError::Write {
         path: path.to_path_buf(),
         source,
-    };
-    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).map_err(err)?;
-    }
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(mode)
-        .open(&tmp)
-        .map_err(err)?;
-    f.write_all(bytes).map_err(err)?;
-    f.sync_all().map_err(err)?;
-    std::fs::rename(&tmp, path).map_err(err)
+    })
 }
 
 #[cfg(test)]
