@@ -35,6 +35,8 @@ from typing import Callable, Optional
 
 import pytest
 
+from s3util import run_or_fail
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 REGION = "us-east-1"
 # Fixed test credentials: a 20-character access key id and a 40-character
@@ -389,20 +391,6 @@ def aws_cli(server, tmp_path_factory):
 
     def run(*args: str, check: bool = True, timeout: float = 180) -> subprocess.CompletedProcess:
         cmd = [sys.executable, "-m", "awscli", "--endpoint-url", server.endpoint, *args]
-        proc = subprocess.run(
-            cmd,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-        if check and proc.returncode != 0:
-            pytest.fail(
-                f"aws {' '.join(args)} exited {proc.returncode}\n"
-                f"--- stdout ---\n{proc.stdout}\n--- stderr ---\n{proc.stderr}",
-                pytrace=False,
-            )
-        return proc
+        return run_or_fail(cmd, env=env, timeout=timeout, check=check)
 
     return run

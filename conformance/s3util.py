@@ -8,7 +8,8 @@ import binascii
 import hashlib
 import os
 import struct
-from typing import Any, Callable
+import subprocess
+from typing import Any, Callable, Optional
 
 import pytest
 from botocore.exceptions import ClientError
@@ -28,6 +29,20 @@ def expect_error(code: str, status: int, fn: Callable[..., Any], *args, **kwargs
         f"{response.get('Error', {}).get('Message')!r}"
     )
     return response
+
+
+def run_or_fail(cmd: list[str], *, env: Optional[dict] = None, timeout: float = 180,
+                check: bool = True, context: Callable[[], str] = str) -> subprocess.CompletedProcess:
+    """Run a client command (aws CLI, docker); with `check`, a non-zero exit
+    fails the test showing its output and `context()` (e.g. server logs)."""
+    proc = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        pytest.fail(
+            f"{' '.join(cmd)} exited {proc.returncode}\n"
+            f"--- stdout ---\n{proc.stdout}\n--- stderr ---\n{proc.stderr}{context()}",
+            pytrace=False,
+        )
+    return proc
 
 
 def md5_hex(data: bytes) -> str:

@@ -27,7 +27,7 @@ from typing import Optional
 import pytest
 
 from conftest import ACCESS_KEY, ADMIN_TOKEN, REGION, REPO_ROOT, SECRET_KEY, require_binary, unique_bucket_name
-from s3util import quoted_md5, tags_dict
+from s3util import quoted_md5, run_or_fail, tags_dict
 
 IMAGE = os.environ.get("LANEWAY_IMAGE", "laneway:local")
 IMAGE_SCRIPT = REPO_ROOT / "scripts" / "docker-image.sh"
@@ -40,16 +40,7 @@ MIB = 1024 * 1024
 
 
 def docker(*args: str, check: bool = True, timeout: float = 120, env: Optional[dict] = None) -> subprocess.CompletedProcess:
-    proc = subprocess.run(
-        ["docker", *args], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout, env=env
-    )
-    if check and proc.returncode != 0:
-        pytest.fail(
-            f"docker {' '.join(args)} exited {proc.returncode}\n"
-            f"--- stdout ---\n{proc.stdout}\n--- stderr ---\n{proc.stderr}",
-            pytrace=False,
-        )
-    return proc
+    return run_or_fail(["docker", *args], env=env, timeout=timeout, check=check)
 
 
 def _docker_engine_problem() -> Optional[str]:
@@ -221,14 +212,7 @@ def aws_config(tmp_path_factory) -> dict[str, str]:
 
 def aws(env: dict[str, str], container: Container, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "awscli", "--endpoint-url", container.endpoint, *args]
-    proc = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=180)
-    if check and proc.returncode != 0:
-        pytest.fail(
-            f"aws {' '.join(args)} exited {proc.returncode}\n"
-            f"--- stdout ---\n{proc.stdout}\n--- stderr ---\n{proc.stderr}\n{container.logs()}",
-            pytrace=False,
-        )
-    return proc
+    return run_or_fail(cmd, env=env, check=check, context=lambda: f"\n{container.logs()}")
 
 
 def _sha256(path: Path) -> str:
