@@ -1,6 +1,9 @@
 //! `laneway cluster init` and `laneway cluster show`: write a new cluster
 //! file (nodes, partition count, replicas, a balanced partition map at
 //! version 1, a random secret beside it) and print a checked one.
+//! `laneway cluster local` ([`super::local`]) runs a whole cluster of
+//! local processes; `laneway cluster ping` ([`super::ping`]) calls one
+//! store node once.
 //!
 //! Nodes are given one by one (`--node ID=HOST:PORT`, repeatable) or as a
 //! local range (`--store-nodes N --base-port P`: `store-1` on P,
@@ -9,7 +12,7 @@
 
 use clap::{Args, Subcommand};
 use laneway_store::cluster::{ClusterFile, InitSpec, init_cluster};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 /// Flags of `laneway cluster`.
@@ -31,6 +34,11 @@ pub enum ClusterCmd {
         #[arg(long, env = "LANEWAY_CLUSTER")]
         file: PathBuf,
     },
+    /// Run a whole cluster (store nodes and gateways) as local child
+    /// processes, for development and demos; Ctrl-C stops it.
+    Local(super::local::LocalArgs),
+    /// Call one store node (a signed RPC `ping`): exit 0 when it answers.
+    Ping(super::ping::PingArgs),
 }
 
 /// Flags of `laneway cluster init`.
@@ -58,21 +66,36 @@ pub struct InitArgs {
     #[arg(long, default_value_t = 1)]
     pub replicas: u32,
     /// Replace an existing cluster file (its map restarts at version 1).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "keep_existing")]
     pub force: bool,
+    /// Leave an existing cluster file (and its secret) as it is, after
+    /// checking it, and succeed: for an init step that runs on every start
+    /// (docker-compose.yml's `init` service).
+    #[arg(long)]
+    pub keep_existing: bool,
 }
 
 /// Run `laneway cluster ...`.
 pub fn run(args: ClusterArgs) -> ExitCode {
     match args.cmd {
         ClusterCmd::Init(init) => run_init(init),
-        ClusterCmd::Show { file } => match ClusterFile::load(&file) {
-            Ok(f) => {
-                print!("{}", describe(&f));
-                ExitCode::SUCCESS
+        ClusterCmd::Local(local) => super::local::run(local),
+        ClusterCmd::Ping(ping) => super::ping::run(ping),
+        ClusterCmd::Show { file } => show(&file, None),
+    }
+}
+
+/// Check the cluster file at `path` and print it (after `heading PATH`).
+fn show(path: &Path, heading: Option<&str>) -> ExitCode {
+    match ClusterFile::load(path) {
+        Ok(f) => {
+            if let Some(h) = heading {
+                println!("{h} {}", f.path.display());
             }
-            Err(e) => fail(&e.to_string()),
-        },
+            print!("{}", describe(&f));
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(&e.to_string()),
     }
 }
 
@@ -84,6 +107,9 @@ fn run_init(args: InitArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if args.file.exists() && args.keep_existing {
+        return show(&args.file, Some("kept"));
+    }
     if args.file.exists() && !args.force {
         return fail(&format!(
             "{} exists; pass --force to replace it (its partition map restarts at version 1)",

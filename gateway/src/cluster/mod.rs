@@ -1,6 +1,18 @@
-//! The cluster roles of the `laneway` binary. Today: `laneway cluster init`
-//! and `laneway cluster show` ([`cli`]), which write and check the cluster
+//! The cluster roles of the `laneway` binary: `laneway cluster init` and
+//! `laneway cluster show` ([`cli`]), which write and check the cluster
 //! file (laneway-store's `cluster` module owns its format and the
-//! partition map).
+//! partition map); `laneway cluster local` ([`local`]), a whole cluster of
+//! local child processes; `laneway cluster ping` ([`ping`]), one signed
+//! call to a store node (the compose health check).
 
 pub mod cli;
+pub mod local;
+pub mod ping;
+
+/// The single-threaded runtime a cluster command runs its calls on.
+fn runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))
+}
