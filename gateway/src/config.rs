@@ -39,6 +39,44 @@ pub enum Command {
     /// Write and check cluster files (the store nodes and the partition
     /// map; docs/architecture.md, "Cluster").
     Cluster(crate::cluster::cli::ClusterArgs),
+    /// Run a store node of a cluster: the partitions the cluster file's
+    /// map gives it, served to gateways over the cluster RPC.
+    Store(crate::roles::node::StoreArgs),
+    /// Run a stateless gateway of a cluster (S3, admin API, lanes) over its
+    /// store nodes; it keeps no data, so any number can run. The S3 and
+    /// admin flags are those of `serve`; the storage flags (--data-dir,
+    /// --partitions, --engine, --disk-reserve, --index-memory) are the
+    /// store nodes' and are not used here.
+    Gateway(GatewayArgs),
+}
+
+/// Flags of `laneway gateway`.
+#[derive(Args)]
+pub struct GatewayArgs {
+    /// The cluster file (store nodes, partition map; `laneway cluster init`).
+    #[arg(long, env = "LANEWAY_CLUSTER")]
+    pub cluster: PathBuf,
+    /// The S3 and admin flags, as for `serve`.
+    #[command(flatten)]
+    pub serve: ServeArgs,
+}
+
+impl GatewayArgs {
+    /// Check the flags; a gateway needs the admin token given (every
+    /// gateway of a cluster must accept the same one, so none generates
+    /// its own).
+    pub fn validate(self) -> Result<ServeConfig, String> {
+        let mut cfg = self.serve.validate()?;
+        if cfg.admin_token.is_none() {
+            return Err(
+                "a gateway needs --admin-token or LANEWAY_ADMIN_TOKEN (the same on \
+                        every gateway of the cluster)"
+                    .into(),
+            );
+        }
+        cfg.cluster = Some(self.cluster);
+        Ok(cfg)
+    }
 }
 
 /// Flags of `laneway serve`.
@@ -217,6 +255,9 @@ pub const DEFAULT_LANES_BASE_COST: u64 = 96 * 1024;
 /// Validated settings of `laneway serve`.
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
+    /// `laneway gateway`: the cluster file of the store nodes it serves
+    /// (`None`: `laneway serve`, over the local data directory).
+    pub cluster: Option<PathBuf>,
     /// Data directory.
     pub data_dir: PathBuf,
     /// Listen address (host:port).
@@ -323,6 +364,7 @@ impl ServeArgs {
             .map(crate::vhost::BucketDomain::new)
             .transpose()?;
         Ok(ServeConfig {
+            cluster: None,
             lanes,
             conn,
             tls: self.tls_cert.zip(self.tls_key),
@@ -429,8 +471,28 @@ mod tests {
         let cli = Cli::try_parse_from(args).map_err(|e| e.to_string())?;
         match cli.command {
             Command::Serve(a) => a.validate(),
-            Command::Admin(_) | Command::Cluster(_) => Err("not serve".into()),
+            Command::Gateway(a) => a.validate(),
+            Command::Admin(_) | Command::Cluster(_) | Command::Store(_) => Err("not serve".into()),
         }
+    }
+
+    #[test]
+    fn a_gateway_needs_its_cluster_file_and_the_admin_token() {
+        let no_token = parse(&["laneway", "gateway", "--cluster", "c.toml"]);
+        let err = no_token.err().unwrap_or_default();
+        assert!(err.contains("--admin-token"), "{err}");
+        let ok = parse(&[
+            "laneway",
+            "gateway",
+            "--cluster",
+            "c.toml",
+            "--admin-token",
+            "0123456789abcdef",
+        ])
+        .expect("valid");
+        assert_eq!(ok.cluster, Some(PathBuf::from("c.toml")));
+        let serve = parse(&["laneway", "serve"]).expect("valid");
+        assert_eq!(serve.cluster, None);
     }
 
     #[test]

@@ -8,7 +8,6 @@
 //! knows where they live, so no handler touches credentials or globals.
 
 use crate::error::{GwError, GwResult};
-use crate::quota::Quotas;
 use laneway_store::{BucketInfo, StoreClient, TenantId};
 use laneway_tenancy::Limits;
 use s3s::S3Request;
@@ -20,22 +19,12 @@ use std::sync::Arc;
 pub struct Gateway {
     store: Arc<dyn StoreClient>,
     region: String,
-    quotas: Arc<Quotas>,
 }
 
 impl Gateway {
     /// A gateway over `store` answering for `region`.
     pub fn new(store: Arc<dyn StoreClient>, region: String) -> Gateway {
-        Gateway {
-            store,
-            region,
-            quotas: Arc::new(Quotas::default()),
-        }
-    }
-
-    /// The in-flight quota reservations of this gateway.
-    pub fn quotas(&self) -> &Quotas {
-        &self.quotas
+        Gateway { store, region }
     }
 
     /// The store.

@@ -27,9 +27,10 @@ use crate::get::check_version_id;
 use crate::meta::{etag, timestamp};
 use crate::names::check_key;
 use crate::put::{MAX_PUT_BYTES, write_cond};
+use crate::quota;
 use crate::tagging;
 use futures::StreamExt;
-use laneway_store::{BodyStream, ObjectInfo, PutOptions, WriteCond};
+use laneway_store::{BodyStream, ObjectInfo, PutOptions, QuotaAsk, WriteCond};
 use s3s::dto::*;
 use s3s::{S3Request, S3Response};
 use std::sync::Arc;
@@ -211,13 +212,13 @@ pub async fn copy_object(
     };
     let meta = new_meta.unwrap_or_else(|| info.meta.clone());
     let (stream, source_failed) = watched(stream, &req.extensions);
-    let write = crate::quota::Write {
-        bucket: &dst,
-        key: Some(&input.key),
+    let write = QuotaAsk::Write {
+        bucket: dst.clone(),
+        key: Some(input.key.clone()),
         bytes: info.size,
         objects: 1,
     };
-    let reserved = gw.quotas().reserve(gw.store(), &ctx, write).await?;
+    let reserved = quota::reserve(gw, &ctx, write).await?;
     let stored = gw
         .store()
         .put_object(&dst, &input.key, meta, opts, stream, dest_cond)

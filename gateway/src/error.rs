@@ -87,8 +87,6 @@ pub enum GwError {
     /// The caller may not do this, and may be told why (suspended tenant,
     /// read-only key, bucket outside the key's scope).
     Denied(String),
-    /// The write would take the tenant past a quota (403 QuotaExceeded).
-    QuotaExceeded(String),
     /// The access key is unknown.
     InvalidAccessKeyId,
     /// A presigned URL's query parameters are out of bounds (400).
@@ -193,11 +191,22 @@ fn from_store(e: StoreError) -> S3Error {
             "The server does not have enough free disk space to store this; \
              delete objects or add space, then retry.",
         ),
+        StoreError::QuotaExceeded(why) => custom("QuotaExceeded", StatusCode::FORBIDDEN, why),
         StoreError::Unavailable(detail) => {
             tracing::warn!(error = %detail, "partition unavailable");
             msg(
                 C::ServiceUnavailable,
-                "The storage for this object is recovering from an error; please retry.",
+                "The storage for this object is unavailable (a store node is down, \
+                 busy or recovering); please retry.",
+            )
+        }
+        // A store that does not host the partition: in a cluster the
+        // client re-routes; reaching the gateway means the map is behind.
+        StoreError::NotHosted(p) => {
+            tracing::warn!(partition = %p, "partition not hosted by the store asked");
+            msg(
+                C::ServiceUnavailable,
+                "The storage for this object is moving; please retry.",
             )
         }
         e @ (StoreError::Corrupt(_)
@@ -304,7 +313,6 @@ impl From<GwError> for S3Error {
             ),
             GwError::AccessDenied => msg(C::AccessDenied, "Access Denied"),
             GwError::Denied(why) => msg(C::AccessDenied, format!("Access Denied: {why}")),
-            GwError::QuotaExceeded(why) => custom("QuotaExceeded", StatusCode::FORBIDDEN, why),
             GwError::InvalidAccessKeyId => msg(
                 C::InvalidAccessKeyId,
                 "The AWS Access Key Id you provided does not exist in our records.",
@@ -486,7 +494,9 @@ mod tests {
             ("MissingContentLength".into(), 411)
         );
         assert_eq!(
-            code_and_status(GwError::QuotaExceeded("quota_bytes".into())),
+            code_and_status(GwError::Store(StoreError::QuotaExceeded(
+                "quota_bytes".into()
+            ))),
             ("QuotaExceeded".into(), 403)
         );
         assert_eq!(

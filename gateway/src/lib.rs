@@ -66,6 +66,7 @@ pub mod put;
 pub mod quota;
 pub mod range;
 pub mod reply;
+pub mod roles;
 pub mod s3;
 pub mod serve;
 pub mod tagging;

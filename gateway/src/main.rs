@@ -1,5 +1,6 @@
 //! The `laneway` binary: parse the command line, set up logging (stderr),
-//! run the chosen role (`serve`; `admin`, the client of the tenant admin
+//! run the chosen role (`serve`; `store` and `gateway`, the roles of a
+//! cluster; `admin`, the client of the tenant admin
 //! API; `cluster`, which writes and checks cluster files). Exit status: 0
 //! after a clean shutdown (or a successful command), 2 for bad flags, 1
 //! when the server cannot start (or the command failed).
@@ -36,32 +37,53 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Admin(args) => laneway_gateway::admin::cli::run(args),
         Command::Cluster(args) => laneway_gateway::cluster::cli::run(args),
-        Command::Serve(args) => {
-            let cfg = match args.validate() {
-                Ok(cfg) => cfg,
-                Err(msg) => {
-                    eprintln!("laneway: {msg}");
-                    return ExitCode::from(2);
-                }
-            };
-            init_tracing(cfg.log.as_deref());
-            let runtime = match tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(e) => {
-                    eprintln!("laneway: cannot start the async runtime: {e}");
-                    return ExitCode::FAILURE;
-                }
-            };
-            match runtime.block_on(serve::run(cfg)) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
+        Command::Store(args) => {
+            init_tracing(args.log());
+            match runtime().map(|rt| rt.block_on(laneway_gateway::roles::node::run(args))) {
+                Some(Ok(())) => ExitCode::SUCCESS,
+                Some(Err(e)) => {
                     eprintln!("laneway: {e}");
                     ExitCode::FAILURE
                 }
+                None => ExitCode::FAILURE,
             }
+        }
+        Command::Gateway(args) => run_serve(args.validate()),
+        Command::Serve(args) => run_serve(args.validate()),
+    }
+}
+
+fn runtime() -> Option<tokio::runtime::Runtime> {
+    match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => Some(rt),
+        Err(e) => {
+            eprintln!("laneway: cannot start the async runtime: {e}");
+            None
+        }
+    }
+}
+
+/// `serve` or `gateway`: the same server, over a local or a remote store.
+fn run_serve(cfg: Result<laneway_gateway::config::ServeConfig, String>) -> ExitCode {
+    let cfg = match cfg {
+        Ok(cfg) => cfg,
+        Err(msg) => {
+            eprintln!("laneway: {msg}");
+            return ExitCode::from(2);
+        }
+    };
+    init_tracing(cfg.log.as_deref());
+    let Some(runtime) = runtime() else {
+        return ExitCode::FAILURE;
+    };
+    match runtime.block_on(serve::run(cfg)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("laneway: {e}");
+            ExitCode::FAILURE
         }
     }
 }

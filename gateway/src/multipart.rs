@@ -38,10 +38,11 @@ use crate::context::{Gateway, ReqCtx};
 use crate::error::{GwError, GwResult};
 use crate::names::check_key;
 use crate::put::{declared_length, decoded_content_length, parse_content_md5, write_cond};
+use crate::quota;
 use crate::tagging;
 use laneway_store::multipart::{ListedPart, MAX_PARTS};
 use laneway_store::uploads::part_md5;
-use laneway_store::{Checksum, ObjectInfo, PutOptions, StoreError};
+use laneway_store::{Checksum, ObjectInfo, PutOptions, QuotaAsk, StoreError};
 use s3s::dto::*;
 use s3s::{S3Request, S3Response};
 
@@ -73,7 +74,7 @@ pub async fn create_multipart_upload(
         input.checksum_type.as_ref(),
     )?;
     let meta = crate::meta::meta_input!(input).into_meta()?;
-    let reserved = gw.quotas().reserve_upload(gw.store(), &ctx).await?;
+    let reserved = quota::reserve(gw, &ctx, QuotaAsk::Upload).await?;
     let upload_id = gw
         .store()
         .create_multipart_upload(&bucket, &input.key, meta, tags, wanted.clone())
@@ -134,16 +135,14 @@ pub async fn upload_part(
     };
     // A part adds no object; its bytes are held against the quota while it
     // streams, then count in the tenant's usage.
-    let part = crate::quota::Part {
-        bucket: &bucket,
-        key: &input.key,
-        upload_id: &input.upload_id,
+    let part = QuotaAsk::Part {
+        bucket: bucket.clone(),
+        key: input.key.clone(),
+        upload_id: input.upload_id.clone(),
         number,
+        bytes: length,
     };
-    let reserved = gw
-        .quotas()
-        .reserve_part(gw.store(), &ctx, part, length)
-        .await?;
+    let reserved = quota::reserve(gw, &ctx, part).await?;
     let info = gw
         .store()
         .upload_part(&bucket, &input.key, &input.upload_id, number, opts, stream)
@@ -254,13 +253,13 @@ pub async fn complete_multipart_upload(
     composite::check_whole(declared.as_ref(), whole.as_ref())?;
     let parts = listed_parts(input.multipart_upload)?;
     // The parts' bytes are already counted; the object adds one object.
-    let write = crate::quota::Write {
-        bucket: &bucket,
-        key: Some(&input.key),
+    let write = QuotaAsk::Write {
+        bucket: bucket.clone(),
+        key: Some(input.key.clone()),
         bytes: 0,
         objects: 1,
     };
-    let reserved = gw.quotas().reserve(gw.store(), &ctx, write).await?;
+    let reserved = quota::reserve(gw, &ctx, write).await?;
     let info = gw
         .store()
         .complete_multipart_upload(

@@ -10,7 +10,7 @@
 //! a flexible checksum, the part's checksum is computed on the way, as if
 //! the client had sent it, so the completion can compose it. The part's
 //! bytes are reserved against the tenant's quota before they are copied,
-//! as an UploadPart's are ([`crate::quota::Quotas::reserve_part`]).
+//! as an UploadPart's are ([`QuotaAsk::Part`]).
 
 use crate::checksum::Algo;
 use crate::conditional::Conditions;
@@ -21,7 +21,8 @@ use crate::meta::timestamp;
 use crate::multipart::{part_number, part_sums};
 use crate::names::check_key;
 use crate::put::MAX_PUT_BYTES;
-use laneway_store::{BodyStream, BucketInfo, GetRange, ObjectInfo, PutOptions};
+use crate::quota;
+use laneway_store::{BodyStream, BucketInfo, GetRange, ObjectInfo, PutOptions, QuotaAsk};
 use s3s::dto::*;
 use s3s::{S3Request, S3Response};
 use std::sync::atomic::Ordering;
@@ -130,16 +131,14 @@ pub async fn upload_part_copy(
         input.copy_source_range.as_deref(),
     )
     .await?;
-    let part = crate::quota::Part {
-        bucket: &dst,
-        key: &input.key,
-        upload_id: &input.upload_id,
+    let part = QuotaAsk::Part {
+        bucket: dst.clone(),
+        key: input.key.clone(),
+        upload_id: input.upload_id.clone(),
         number,
+        bytes: len,
     };
-    let reserved = gw
-        .quotas()
-        .reserve_part(gw.store(), &ctx, part, len)
-        .await?;
+    let reserved = quota::reserve(gw, &ctx, part).await?;
     let (stream, source_failed) = watched(stream, &req.extensions);
     // The copied bytes have no client checksum to check: the store
     // computes the upload's algorithm over them as it stores the part.

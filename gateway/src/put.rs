@@ -23,10 +23,11 @@ use crate::context::{Gateway, ReqCtx};
 use crate::error::{GwError, GwResult};
 use crate::meta::{MetaInput, etag, size_i64};
 use crate::names::check_key;
+use crate::quota;
 use crate::tagging;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use laneway_store::{PutOptions, WriteCond};
+use laneway_store::{PutOptions, QuotaAsk, WriteCond};
 use s3s::dto::*;
 use s3s::{S3Request, S3Response};
 
@@ -165,13 +166,13 @@ pub async fn store_upload(
         tags,
         checksum: algo.map(laneway_store::ChecksumSpec::Compute),
     };
-    let write = crate::quota::Write {
-        bucket: &bucket,
-        key: Some(&up.key),
+    let write = QuotaAsk::Write {
+        bucket: bucket.clone(),
+        key: Some(up.key.clone()),
         bytes: length,
         objects: 1,
     };
-    let reserved = gw.quotas().reserve(gw.store(), ctx, write).await?;
+    let reserved = quota::reserve(gw, ctx, write).await?;
     let info = gw
         .store()
         .put_object(&bucket, &up.key, meta, opts, stream, cond)

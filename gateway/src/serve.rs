@@ -137,6 +137,9 @@ impl RequestIds {
 pub async fn run(cfg: ServeConfig) -> Result<(), ServeError> {
     // Before anything opens files: the store and the connections share it.
     conn::fds::raise_nofile_limit();
+    if let Some(cluster) = cfg.cluster.clone() {
+        return run_gateway(&cfg, &cluster).await;
+    }
     std::fs::create_dir_all(&cfg.data_dir).map_err(|source| ServeError::DataDir {
         path: cfg.data_dir.display().to_string(),
         source,
@@ -164,6 +167,32 @@ pub async fn run(cfg: ServeConfig) -> Result<(), ServeError> {
     Ok(())
 }
 
+/// `laneway gateway`: S3 and the admin API over the store nodes of the
+/// cluster file at `cluster`; nothing of its own on disk.
+async fn run_gateway(cfg: &ServeConfig, cluster: &std::path::Path) -> Result<(), ServeError> {
+    let bind_err = |source| ServeError::Bind {
+        addr: cfg.listen.clone(),
+        source,
+    };
+    let listener = TcpListener::bind(&cfg.listen).await.map_err(bind_err)?;
+    let addr = listener.local_addr().map_err(bind_err)?;
+    let tls = match &cfg.tls {
+        Some((cert, key)) => Some(crate::tls::acceptor(cert, key)?),
+        None => None,
+    };
+    let opts = laneway_store::rpc::CallOptions::default();
+    let remote = laneway_store::remote::RemoteStore::open(cluster, opts)?;
+    let secret = laneway_store::cluster::ClusterFile::load(cluster)
+        .and_then(|f| f.read_secret())
+        .map_err(|e| StoreError::Layout(e.to_string()))?;
+    let client: Arc<dyn laneway_store::StoreClient> = Arc::new(remote);
+    let registry = boot::RegistryAt::Catalog { secret };
+    tracing::info!(cluster = %cluster.display(), "gateway of a cluster");
+    serve_client(cfg, (listener, tls), addr, client, registry).await?;
+    tracing::info!("laneway gateway stopped");
+    Ok(())
+}
+
 /// Credentials, banner, then requests until a shutdown signal.
 async fn serve_store(
     cfg: &ServeConfig,
@@ -171,9 +200,22 @@ async fn serve_store(
     addr: SocketAddr,
     store: Arc<Store>,
 ) -> Result<(), ServeError> {
+    let local: Arc<dyn laneway_store::StoreClient> =
+        Arc::new(laneway_store::LocalStore::new(store));
+    serve_client(cfg, listener, addr, local, boot::RegistryAt::DataDir).await
+}
+
+/// Tenancy, banner, then requests through `local` until a shutdown
+/// signal: the same for `serve` and for a cluster's gateway.
+async fn serve_client(
+    cfg: &ServeConfig,
+    listener: (TcpListener, Option<TlsAcceptor>),
+    addr: SocketAddr,
+    local: Arc<dyn laneway_store::StoreClient>,
+    registry: boot::RegistryAt,
+) -> Result<(), ServeError> {
     let lanes = Arc::new(LaneState::new(cfg.lanes.clone()));
-    let local: Arc<dyn laneway_store::StoreClient> = Arc::new(laneway_store::LocalStore(store));
-    let tenancy = boot::start(cfg, Arc::clone(&local), Arc::clone(&lanes)).await?;
+    let tenancy = boot::start(cfg, Arc::clone(&local), Arc::clone(&lanes), registry).await?;
     print_banner(cfg, &tenancy, addr);
     tracing::info!(%addr, data_dir = %cfg.data_dir.display(), region = %cfg.region, "laneway serving");
     let shared = Shared {
@@ -521,7 +563,7 @@ fn finish(resp: &mut HttpResponse, ids: crate::reply::Ids<'_>, is_head: bool, st
 }
 
 /// Resolves on Ctrl-C or SIGTERM.
-async fn shutdown_signal() {
+pub async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = match signal(SignalKind::terminate()) {
         Ok(s) => s,

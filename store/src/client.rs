@@ -7,12 +7,19 @@
 //! Every operation is async and returns a boxed future (the trait is used
 //! as `dyn StoreClient`), including the reads that are synchronous index
 //! lookups in process: across a network each is a round trip.
+//!
+//! Quota reservations are one of those operations
+//! ([`StoreClient::reserve_quota`]): the store that keeps the usage
+//! decides, so several gateways share one tally ([`crate::quota`]).
+//! [`LocalStore`] owns the [`Quotas`] of this process and lets them read
+//! usage through itself.
 
 use crate::commit::WriteCond;
 use crate::error::StoreResult;
 use crate::ids::{BucketId, TenantId};
 use crate::list::{ListPage, ListQuery};
 use crate::multipart::{ListedPart, PartInfo, Pending, UploadChecksum};
+use crate::quota::{QuotaAsk, QuotaHold, QuotaLimits, Quotas};
 use crate::record::{Checksum, ObjectInfo, ObjectMeta, Tag, Usage};
 use crate::store::{BodyStream, BucketInfo, GetRange, PutOptions, Store};
 use crate::uploads::{ObjectPart, UploadPage, UploadQuery};
@@ -191,11 +198,43 @@ pub trait StoreClient: Send + Sync {
     fn catalog_doc<'a>(&'a self, name: &'a str) -> Fut<'a, Option<(u64, Vec<u8>)>>;
     /// Replace catalog document `name` if still at version `expected`.
     fn put_catalog_doc<'a>(&'a self, name: &'a str, expected: u64, body: Vec<u8>) -> Fut<'a, u64>;
+
+    // ----- quotas ----------------------------------------------------------
+
+    /// Reserve room for `ask` in the tenant's quota under `limits`, or
+    /// refuse it (QuotaExceeded). Hold the answer until the write commits
+    /// or fails; `None` when the tenant has no byte or object quota (an
+    /// [`QuotaAsk::Upload`] is always checked, so always `Some`).
+    fn reserve_quota<'a>(
+        &'a self,
+        tenant: &'a TenantId,
+        limits: QuotaLimits,
+        ask: QuotaAsk,
+    ) -> Fut<'a, Option<QuotaHold>>;
 }
 
-/// The store of this process as a [`StoreClient`].
+/// The store of this process as a [`StoreClient`], with the quota
+/// reservations of every tenant (cheap to clone: both are shared).
 #[derive(Clone)]
-pub struct LocalStore(pub Arc<Store>);
+pub struct LocalStore {
+    store: Arc<Store>,
+    quotas: Arc<Quotas>,
+}
+
+impl LocalStore {
+    /// A client of `store`, with no reservation in flight.
+    pub fn new(store: Arc<Store>) -> LocalStore {
+        LocalStore {
+            store,
+            quotas: Arc::default(),
+        }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+}
 
 /// Box a result that is ready now.
 fn ready<'a, T: Send + 'a>(r: StoreResult<T>) -> Fut<'a, T> {
@@ -209,19 +248,19 @@ impl StoreClient for LocalStore {
         name: &'a str,
         region: &'a str,
     ) -> Fut<'a, BucketInfo> {
-        ready(self.0.create_bucket(tenant, name, region))
+        ready(self.store.create_bucket(tenant, name, region))
     }
 
     fn bucket<'a>(&'a self, tenant: &'a TenantId, name: &'a str) -> Fut<'a, BucketInfo> {
-        ready(self.0.bucket(tenant, name))
+        ready(self.store.bucket(tenant, name))
     }
 
     fn list_buckets<'a>(&'a self, tenant: &'a TenantId) -> Fut<'a, Vec<BucketInfo>> {
-        ready(self.0.list_buckets(tenant))
+        ready(self.store.list_buckets(tenant))
     }
 
     fn delete_bucket<'a>(&'a self, tenant: &'a TenantId, name: &'a str) -> Fut<'a, ()> {
-        Box::pin(self.0.delete_bucket(tenant, name))
+        Box::pin(self.store.delete_bucket(tenant, name))
     }
 
     fn set_bucket_tags<'a>(
@@ -230,15 +269,15 @@ impl StoreClient for LocalStore {
         name: &'a str,
         tags: Vec<Tag>,
     ) -> Fut<'a, ()> {
-        ready(self.0.set_bucket_tags(tenant, name, tags))
+        ready(self.store.set_bucket_tags(tenant, name, tags))
     }
 
     fn bucket_usage(&self, bucket: BucketId) -> Fut<'_, Usage> {
-        ready(self.0.bucket_usage(bucket))
+        ready(self.store.bucket_usage(bucket))
     }
 
     fn bucket_pending(&self, bucket: BucketId) -> Fut<'_, Pending> {
-        ready(self.0.bucket_pending(bucket))
+        ready(self.store.bucket_pending(bucket))
     }
 
     fn put_object<'a>(
@@ -250,11 +289,14 @@ impl StoreClient for LocalStore {
         body: BodyStream,
         cond: WriteCond,
     ) -> Fut<'a, ObjectInfo> {
-        Box::pin(self.0.put_object_if(bucket, key, meta, opts, body, cond))
+        Box::pin(
+            self.store
+                .put_object_if(bucket, key, meta, opts, body, cond),
+        )
     }
 
     fn head_object<'a>(&'a self, bucket: &'a BucketInfo, key: &'a str) -> Fut<'a, ObjectInfo> {
-        ready(self.0.head_object(bucket, key))
+        ready(self.store.head_object(bucket, key))
     }
 
     fn get_object<'a>(
@@ -263,11 +305,11 @@ impl StoreClient for LocalStore {
         key: &'a str,
         range: Option<GetRange>,
     ) -> Fut<'a, (ObjectInfo, BodyStream)> {
-        ready(self.0.get_object(bucket, key, range))
+        ready(self.store.get_object(bucket, key, range))
     }
 
     fn delete_object<'a>(&'a self, bucket: &'a BucketInfo, key: &'a str) -> Fut<'a, bool> {
-        Box::pin(self.0.delete_object(bucket, key))
+        Box::pin(self.store.delete_object(bucket, key))
     }
 
     fn put_object_tags<'a>(
@@ -276,7 +318,7 @@ impl StoreClient for LocalStore {
         key: &'a str,
         tags: Vec<Tag>,
     ) -> Fut<'a, ()> {
-        Box::pin(self.0.put_object_tags(bucket, key, tags))
+        Box::pin(self.store.put_object_tags(bucket, key, tags))
     }
 
     fn replace_object_meta<'a>(
@@ -286,11 +328,11 @@ impl StoreClient for LocalStore {
         meta: ObjectMeta,
         tags: Option<Vec<Tag>>,
     ) -> Fut<'a, ObjectInfo> {
-        Box::pin(self.0.replace_object_meta(bucket, key, meta, tags))
+        Box::pin(self.store.replace_object_meta(bucket, key, meta, tags))
     }
 
     fn list_objects<'a>(&'a self, bucket: &'a BucketInfo, query: ListQuery) -> Fut<'a, ListPage> {
-        Box::pin(self.0.list_objects(bucket, query))
+        Box::pin(self.store.list_objects(bucket, query))
     }
 
     fn object_part_range<'a>(
@@ -299,7 +341,7 @@ impl StoreClient for LocalStore {
         key: &'a str,
         number: u32,
     ) -> Fut<'a, (GetRange, u32)> {
-        ready(self.0.object_part_range(bucket, key, number))
+        ready(self.store.object_part_range(bucket, key, number))
     }
 
     fn object_with_parts<'a>(
@@ -307,7 +349,7 @@ impl StoreClient for LocalStore {
         bucket: &'a BucketInfo,
         key: &'a str,
     ) -> Fut<'a, (ObjectInfo, Vec<ObjectPart>)> {
-        ready(self.0.object_with_parts(bucket, key))
+        ready(self.store.object_with_parts(bucket, key))
     }
 
     fn create_multipart_upload<'a>(
@@ -319,7 +361,7 @@ impl StoreClient for LocalStore {
         checksum: Option<UploadChecksum>,
     ) -> Fut<'a, String> {
         Box::pin(
-            self.0
+            self.store
                 .create_multipart_upload_with(bucket, key, meta, tags, checksum),
         )
     }
@@ -334,7 +376,7 @@ impl StoreClient for LocalStore {
         body: BodyStream,
     ) -> Fut<'a, PartInfo> {
         Box::pin(
-            self.0
+            self.store
                 .upload_part(bucket, key, upload_id, number, opts, body),
         )
     }
@@ -349,7 +391,7 @@ impl StoreClient for LocalStore {
         whole: Option<Checksum>,
     ) -> Fut<'a, ObjectInfo> {
         Box::pin(
-            self.0
+            self.store
                 .complete_multipart_upload_with(bucket, key, upload_id, parts, cond, whole),
         )
     }
@@ -361,7 +403,10 @@ impl StoreClient for LocalStore {
         upload_id: &'a str,
         parts: &'a [ListedPart],
     ) -> Fut<'a, ObjectInfo> {
-        ready(self.0.repeated_completion(bucket, key, upload_id, parts))
+        ready(
+            self.store
+                .repeated_completion(bucket, key, upload_id, parts),
+        )
     }
 
     fn part_size<'a>(
@@ -371,7 +416,7 @@ impl StoreClient for LocalStore {
         upload_id: &'a str,
         number: u32,
     ) -> Fut<'a, Option<u64>> {
-        ready(self.0.part_size(bucket, key, upload_id, number))
+        ready(self.store.part_size(bucket, key, upload_id, number))
     }
 
     fn abort_multipart_upload<'a>(
@@ -380,7 +425,7 @@ impl StoreClient for LocalStore {
         key: &'a str,
         upload_id: &'a str,
     ) -> Fut<'a, ()> {
-        Box::pin(self.0.abort_multipart_upload(bucket, key, upload_id))
+        Box::pin(self.store.abort_multipart_upload(bucket, key, upload_id))
     }
 
     fn upload_checksum<'a>(
@@ -389,7 +434,7 @@ impl StoreClient for LocalStore {
         key: &'a str,
         upload_id: &'a str,
     ) -> Fut<'a, Option<UploadChecksum>> {
-        ready(self.0.upload_checksum(bucket, key, upload_id))
+        ready(self.store.upload_checksum(bucket, key, upload_id))
     }
 
     fn list_parts<'a>(
@@ -400,7 +445,7 @@ impl StoreClient for LocalStore {
         marker: u32,
         max: usize,
     ) -> Fut<'a, (Vec<PartInfo>, bool)> {
-        ready(self.0.list_parts(bucket, key, upload_id, marker, max))
+        ready(self.store.list_parts(bucket, key, upload_id, marker, max))
     }
 
     fn list_multipart_uploads<'a>(
@@ -408,14 +453,26 @@ impl StoreClient for LocalStore {
         bucket: &'a BucketInfo,
         q: &'a UploadQuery,
     ) -> Fut<'a, UploadPage> {
-        ready(self.0.list_multipart_uploads(bucket, q))
+        ready(self.store.list_multipart_uploads(bucket, q))
     }
 
     fn catalog_doc<'a>(&'a self, name: &'a str) -> Fut<'a, Option<(u64, Vec<u8>)>> {
-        ready(self.0.catalog_doc(name))
+        ready(self.store.catalog_doc(name))
     }
 
     fn put_catalog_doc<'a>(&'a self, name: &'a str, expected: u64, body: Vec<u8>) -> Fut<'a, u64> {
-        ready(self.0.put_catalog_doc(name, expected, &body))
+        ready(self.store.put_catalog_doc(name, expected, &body))
+    }
+
+    fn reserve_quota<'a>(
+        &'a self,
+        tenant: &'a TenantId,
+        limits: QuotaLimits,
+        ask: QuotaAsk,
+    ) -> Fut<'a, Option<QuotaHold>> {
+        Box::pin(async move {
+            let held = self.quotas.reserve(self, tenant, &limits, &ask).await?;
+            Ok(held.map(QuotaHold::from))
+        })
     }
 }

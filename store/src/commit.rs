@@ -41,7 +41,7 @@ use tokio::sync::oneshot;
 const MAX_BATCH: usize = 1024;
 
 /// A precondition on a put.
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
+#[derive(Clone, Debug, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub enum WriteCond {
     /// Unconditional.
     #[default]

@@ -64,9 +64,17 @@ pub enum StoreError {
     /// kept for deletes and compaction (see [`crate::space`]).
     #[error("not enough free disk space for this write")]
     InsufficientStorage,
+    /// The write would take its tenant past a quota ([`crate::quota`]);
+    /// the message names the quota, for the client.
+    #[error("quota exceeded: {0}")]
+    QuotaExceeded(String),
     /// A partition's index is being reopened after an I/O failure; retry.
     #[error("partition temporarily unavailable: {0}")]
     Unavailable(String),
+    /// The partition is not hosted by this store (a cluster node serves
+    /// only the partitions its map gives it).
+    #[error("{0} is not hosted here")]
+    NotHosted(crate::ids::PartitionId),
     /// The data directory was created with different settings.
     #[error("data directory mismatch: {0}")]
     Layout(String),

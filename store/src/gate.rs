@@ -84,4 +84,10 @@ impl BucketGate {
     pub fn bury(&self, bucket: BucketId) {
         self.dead.lock().insert(bucket);
     }
+
+    /// Undo [`BucketGate::bury`]: a cluster DeleteBucket sealed this node
+    /// but another node still held objects, so the bucket lives on.
+    pub fn revive(&self, bucket: BucketId) {
+        self.dead.lock().remove(&bucket);
+    }
 }

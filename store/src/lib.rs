@@ -11,8 +11,10 @@
 //! implements in process ([`LocalStore`]) and a remote client implements
 //! over the cluster RPC ([`rpc`]): buckets live in the [`catalog`], objects
 //! in partitions, and LIST is a streaming k-way merge over partitions
-//! ([`list`]).
+//! ([`list`]). Tenant quotas are decided here too, where the usage lives
+//! ([`quota`], [`StoreClient::reserve_quota`]).
 
+pub mod caller;
 pub mod catalog;
 pub mod client;
 pub mod cluster;
@@ -31,8 +33,11 @@ pub mod index_sled;
 pub mod layout;
 pub mod list;
 pub mod multipart;
+pub mod node;
 pub mod partition;
+pub mod quota;
 pub mod record;
+pub mod remote;
 pub mod rpc;
 pub mod space;
 pub mod store;
@@ -50,6 +55,7 @@ pub use ids::{BucketId, PartitionId, TenantId};
 pub use index::Engine;
 pub use list::{ListEntry, ListPage, ListQuery, Resume};
 pub use multipart::{PartInfo, UploadInfo};
+pub use quota::{QuotaAsk, QuotaHold, QuotaLimits, Quotas, Reservation};
 pub use record::{Checksum, ObjectInfo, ObjectMeta, Tag};
 pub use space::DiskReserve;
 pub use store::{BodyStream, BucketInfo, ChecksumSpec, GetRange, PutOptions, Store, StoreConfig};

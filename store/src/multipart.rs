@@ -86,7 +86,7 @@ pub struct PartRecord {
 }
 
 /// A part as listed to clients.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PartInfo {
     /// Part number (1..=10000).
     pub number: u32,
@@ -101,7 +101,7 @@ pub struct PartInfo {
 }
 
 /// An upload as listed to clients.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct UploadInfo {
     /// Object key.
     pub key: String,

@@ -301,7 +301,7 @@ pub fn segment_key(segment: u64) -> Vec<u8> {
 }
 
 /// Usage of one bucket in one partition: object count and bytes.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Usage {
     /// Number of objects.
     pub objects: i64,

@@ -46,6 +46,10 @@ pub struct StoreConfig {
     /// Bytes of block cache and memtables all partition indexes share
     /// (each gets its share, 1 to 16 MiB of each: [`crate::index::IndexMemory::share`]).
     pub index_memory: u64,
+    /// The partitions this store opens and serves (a cluster node's share
+    /// of the map); `None`: every partition (`laneway serve`). The others
+    /// answer [`StoreError::NotHosted`].
+    pub hosted: Option<Vec<crate::ids::PartitionId>>,
 }
 
 /// Default [`StoreConfig::index_memory`]: 128 MiB, so 16 partitions keep
@@ -63,6 +67,7 @@ impl Default for StoreConfig {
             durable: true,
             disk_reserve: crate::space::DiskReserve::Auto,
             index_memory: DEFAULT_INDEX_MEMORY,
+            hosted: None,
         }
     }
 }
@@ -85,7 +90,7 @@ pub struct BucketInfo {
 }
 
 /// Checks and options of a PUT.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct PutOptions {
     /// Content-MD5 the client sent: the body must hash to it (BadDigest).
     pub content_md5: Option<[u8; 16]>,
@@ -99,7 +104,7 @@ pub struct PutOptions {
 
 /// Which flexible checksum an upload keeps: plain data, so it crosses the
 /// cluster RPC as well as a function call.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ChecksumSpec {
     /// Compute this algorithm over the bytes as they are stored. (The
     /// gateway checks the client's value, header or trailer, and fails the
@@ -112,7 +117,7 @@ pub enum ChecksumSpec {
 
 /// A byte range of an object to read, already resolved against its size:
 /// `start..end` (end exclusive, `start < end <= size`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct GetRange {
     /// First byte.
     pub start: u64,
@@ -125,7 +130,12 @@ pub struct Store {
     dir: PathBuf,
     pub(crate) min_part_size: u64,
     catalog: Catalog,
+    /// The hosted partitions, in id order.
     partitions: Vec<Arc<Partition>>,
+    /// Partition count of the data dir (hosted or not).
+    total: u32,
+    /// For each partition id, its place in `partitions` (`None`: not hosted).
+    slots: Vec<Option<usize>>,
     /// Free space of the data directory, shared with the partitions.
     space: Arc<crate::space::Space>,
     /// Held by a compaction pass (the periodic one, the low-space one, or
@@ -146,25 +156,20 @@ impl Store {
             ..cfg
         };
         let gate = Arc::new(crate::gate::BucketGate::default());
-        let mem = crate::index::IndexMemory::share(cfg.index_memory, layout.partitions);
+        let hosted = hosted_ids(&cfg, layout.partitions)?;
+        let share = u32::try_from(hosted.len()).unwrap_or(u32::MAX).max(1);
+        let mem = crate::index::IndexMemory::share(cfg.index_memory, share);
         // Partitions open in parallel: an LSM engine replays its journal on
         // open, and a restart should cost one replay, not one per partition.
         let partitions = std::thread::scope(|scope| {
-            let handles: Vec<_> = (0..layout.partitions)
-                .map(|p| {
+            let handles: Vec<_> = hosted
+                .iter()
+                .map(|&p| {
                     let cfg = &cfg;
                     let space = Arc::clone(&space);
                     let gate = Arc::clone(&gate);
                     scope.spawn(move || {
-                        Partition::open(
-                            dir,
-                            crate::ids::PartitionId(p),
-                            layout.engine,
-                            cfg,
-                            mem,
-                            space,
-                            gate,
-                        )
+                        Partition::open(dir, p, layout.engine, cfg, mem, space, gate)
                     })
                 })
                 .collect();
@@ -177,11 +182,17 @@ impl Store {
                 })
                 .collect::<StoreResult<Vec<_>>>()
         })?;
+        let mut slots = vec![None; layout.partitions as usize];
+        for (i, p) in hosted.iter().enumerate() {
+            slots[p.0 as usize] = Some(i);
+        }
         Ok(Arc::new(Store {
             dir: dir.to_path_buf(),
             min_part_size: cfg.min_part_size,
             catalog,
             partitions,
+            total: layout.partitions,
+            slots,
             space,
             compacting: tokio::sync::Mutex::new(()),
             gate,
@@ -198,17 +209,31 @@ impl Store {
         &self.space
     }
 
-    /// Number of partitions.
+    /// Number of partitions of the data dir (hosted here or not).
     pub fn partition_count(&self) -> u32 {
-        u32::try_from(self.partitions.len()).unwrap_or(u32::MAX)
+        self.total
     }
 
-    pub(crate) fn partition_of(&self, bucket: BucketId, key: &str) -> &Arc<Partition> {
-        let idx = crate::hash::partition_of(bucket, key.as_bytes(), self.partition_count());
-        &self.partitions[idx.0 as usize]
+    /// The partition `key` of `bucket` lives in ([`StoreError::NotHosted`]
+    /// when this store does not serve it).
+    pub(crate) fn partition_of(&self, bucket: BucketId, key: &str) -> StoreResult<&Arc<Partition>> {
+        self.partition(crate::hash::partition_of(
+            bucket,
+            key.as_bytes(),
+            self.total,
+        ))
     }
 
-    /// All partitions (LIST merge, compaction, shutdown).
+    /// Partition `id`, if hosted here.
+    pub fn partition(&self, id: crate::ids::PartitionId) -> StoreResult<&Arc<Partition>> {
+        usize::try_from(id.0)
+            .ok()
+            .and_then(|i| self.slots.get(i).copied().flatten())
+            .map(|i| &self.partitions[i])
+            .ok_or(StoreError::NotHosted(id))
+    }
+
+    /// The hosted partitions (LIST merge, compaction, shutdown).
     pub fn partitions(&self) -> &[Arc<Partition>] {
         &self.partitions
     }
@@ -251,6 +276,31 @@ impl Store {
         self.catalog.delete(tenant, name)?;
         self.gate.bury(b.id);
         Ok(())
+    }
+
+    /// A cluster DeleteBucket's step on one store node: under the bucket's
+    /// exclusive gate, check that the partitions hosted here hold none of
+    /// its objects, then refuse every later write into it (NoSuchBucket).
+    /// BucketNotEmpty (and nothing changed) when they hold some.
+    pub async fn seal_bucket(&self, bucket: BucketId) -> StoreResult<()> {
+        let _exclusive = self.gate.exclusive(bucket).await;
+        if self.bucket_usage(bucket)?.objects != 0 {
+            return Err(StoreError::BucketNotEmpty);
+        }
+        self.gate.bury(bucket);
+        Ok(())
+    }
+
+    /// Undo [`Store::seal_bucket`] (another node was not empty).
+    pub async fn revive_bucket(&self, bucket: BucketId) {
+        let _exclusive = self.gate.exclusive(bucket).await;
+        self.gate.revive(bucket);
+    }
+
+    /// Remove the catalog record of a bucket every node has sealed (the
+    /// last step of a cluster DeleteBucket).
+    pub fn drop_bucket_record(&self, tenant: &TenantId, name: &str) -> StoreResult<()> {
+        self.catalog.delete(tenant, name)
     }
 
     /// Replace (Some) or remove (None) a bucket's tag set.
@@ -299,7 +349,7 @@ impl Store {
         opts: PutOptions,
         body: BodyStream,
     ) -> StoreResult<ObjectInfo> {
-        self.partition_of(bucket.id, key)
+        self.partition_of(bucket.id, key)?
             .put(bucket.id, key, meta, opts, body)
             .await
     }
@@ -316,14 +366,14 @@ impl Store {
         body: BodyStream,
         cond: crate::commit::WriteCond,
     ) -> StoreResult<ObjectInfo> {
-        self.partition_of(bucket.id, key)
+        self.partition_of(bucket.id, key)?
             .put_if(bucket.id, key, meta, opts, body, cond)
             .await
     }
 
     /// Metadata of `key` (NoSuchKey when absent).
     pub fn head_object(&self, bucket: &BucketInfo, key: &str) -> StoreResult<ObjectInfo> {
-        self.partition_of(bucket.id, key).head(bucket.id, key)
+        self.partition_of(bucket.id, key)?.head(bucket.id, key)
     }
 
     /// Metadata and a body stream of `key` (whole object, or `range`).
@@ -334,13 +384,14 @@ impl Store {
         key: &str,
         range: Option<GetRange>,
     ) -> StoreResult<(ObjectInfo, BodyStream)> {
-        self.partition_of(bucket.id, key).get(bucket.id, key, range)
+        self.partition_of(bucket.id, key)?
+            .get(bucket.id, key, range)
     }
 
     /// Delete `key`; Ok whether or not it existed (S3 semantics). Returns
     /// whether it existed.
     pub async fn delete_object(&self, bucket: &BucketInfo, key: &str) -> StoreResult<bool> {
-        self.partition_of(bucket.id, key)
+        self.partition_of(bucket.id, key)?
             .delete(bucket.id, key)
             .await
     }
@@ -352,7 +403,7 @@ impl Store {
         key: &str,
         tags: Vec<Tag>,
     ) -> StoreResult<()> {
-        self.partition_of(bucket.id, key)
+        self.partition_of(bucket.id, key)?
             .set_tags(bucket.id, key, tags)
             .await
     }
@@ -366,7 +417,7 @@ impl Store {
         meta: ObjectMeta,
         tags: Option<Vec<Tag>>,
     ) -> StoreResult<ObjectInfo> {
-        self.partition_of(bucket.id, key)
+        self.partition_of(bucket.id, key)?
             .replace_meta(bucket.id, key, meta, tags)
             .await
     }
@@ -506,4 +557,20 @@ impl Store {
         }
         self.catalog.sync().ok();
     }
+}
+
+/// The partitions a store of `total` opens: `cfg.hosted`, checked, or all.
+fn hosted_ids(cfg: &StoreConfig, total: u32) -> StoreResult<Vec<crate::ids::PartitionId>> {
+    let Some(ids) = &cfg.hosted else {
+        return Ok((0..total).map(crate::ids::PartitionId).collect());
+    };
+    let mut ids = ids.clone();
+    ids.sort();
+    ids.dedup();
+    if let Some(bad) = ids.iter().find(|p| p.0 >= total) {
+        return Err(StoreError::Layout(format!(
+            "{bad} asked for, but the data directory has {total} partitions"
+        )));
+    }
+    Ok(ids)
 }

@@ -66,7 +66,7 @@ impl Store {
             upload,
             record,
         };
-        self.partition_of(bucket.id, key)
+        self.partition_of(bucket.id, key)?
             .submit(multipart::op(op), Vec::new())
             .await?;
         Ok(multipart::format_upload_id(&upload))
@@ -88,7 +88,7 @@ impl Store {
             )));
         }
         let upload = multipart::parse_upload_id(upload_id)?;
-        let p = self.partition_of(bucket.id, key);
+        let p = self.partition_of(bucket.id, key)?;
         // Fail fast before receiving a body for an upload that is gone; the
         // commit checks again.
         if p.index()
@@ -190,7 +190,7 @@ impl Store {
             whole,
         };
         match expect_mp(
-            self.partition_of(bucket.id, key)
+            self.partition_of(bucket.id, key)?
                 .submit(multipart::op(op), Vec::new())
                 .await?,
         )? {
@@ -213,7 +213,7 @@ impl Store {
     ) -> StoreResult<ObjectInfo> {
         let upload = multipart::parse_upload_id(upload_id)?;
         let raw = self
-            .partition_of(bucket.id, key)
+            .partition_of(bucket.id, key)?
             .index()
             .get(&multipart::completed::completed_key(&upload))?
             .ok_or(StoreError::NoSuchUpload)?;
@@ -232,7 +232,7 @@ impl Store {
     ) -> StoreResult<Option<u64>> {
         let upload = multipart::parse_upload_id(upload_id)?;
         let raw = self
-            .partition_of(bucket.id, key)
+            .partition_of(bucket.id, key)?
             .index()
             .get(&multipart::part_key(&upload, number))?;
         raw.map(|v| multipart::decode::<PartRecord>(&v).map(|r| r.size))
@@ -269,7 +269,7 @@ impl Store {
             key: key.to_string(),
             upload,
         };
-        self.partition_of(bucket.id, key)
+        self.partition_of(bucket.id, key)?
             .submit(multipart::op(op), Vec::new())
             .await
             .map(|_| ())
@@ -284,7 +284,7 @@ impl Store {
     ) -> StoreResult<Option<UploadChecksum>> {
         let upload = multipart::parse_upload_id(upload_id)?;
         let raw = self
-            .partition_of(bucket.id, key)
+            .partition_of(bucket.id, key)?
             .index()
             .get(&multipart::upload_key(bucket.id, key, &upload))?
             .ok_or(StoreError::NoSuchUpload)?;
@@ -302,7 +302,7 @@ impl Store {
         max: usize,
     ) -> StoreResult<(Vec<PartInfo>, bool)> {
         let upload = multipart::parse_upload_id(upload_id)?;
-        let p = self.partition_of(bucket.id, key);
+        let p = self.partition_of(bucket.id, key)?;
         if p.index()
             .get(&multipart::upload_key(bucket.id, key, &upload))?
             .is_none()
@@ -387,7 +387,7 @@ impl Store {
     /// The stored record of an object (NoSuchKey when absent).
     fn object_record(&self, bucket: &BucketInfo, key: &str) -> StoreResult<StoredObject> {
         let raw = self
-            .partition_of(bucket.id, key)
+            .partition_of(bucket.id, key)?
             .index()
             .get(&crate::record::object_key(bucket.id, key.as_bytes()))?
             .ok_or(StoreError::NoSuchKey)?;
@@ -396,7 +396,7 @@ impl Store {
 }
 
 /// One part of a multipart object.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ObjectPart {
     /// Part number (1-based position in the object).
     pub number: u32,

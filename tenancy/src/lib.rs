@@ -80,6 +80,10 @@ pub enum TenancyError {
     /// reload and retry.
     #[error("the tenant registry changed meanwhile; retry")]
     Stale,
+    /// The store holding the registry (a cluster's catalog) failed or
+    /// could not be reached; retry.
+    #[error("the tenant registry's store: {0}")]
+    Backend(String),
 }
 
 /// A secret access key. `Debug` never shows it; [`Secret::expose`] does.

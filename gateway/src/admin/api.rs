@@ -12,7 +12,7 @@
 
 use crate::auth::KeyCache;
 use crate::lanes::LaneState;
-use crate::quota::tenant_totals;
+use laneway_store::quota::tenant_totals;
 use laneway_store::{ListEntry, ListQuery, Resume, StoreClient, TenantId};
 use laneway_tenancy::{
     KeyAccess, KeyInfo, KeySpec, Limits, NewKey, Registry, TenancyError, Tenant, TenantPatch,
@@ -67,6 +67,14 @@ impl From<TenancyError> for ApiError {
             TenancyError::NoSuchKey(_) => (404, "no_such_key"),
             TenancyError::Conflict(_) => (409, "conflict"),
             TenancyError::Stale => (503, "busy"),
+            TenancyError::Backend(_) => {
+                tracing::warn!(error = %e, "admin request: registry store unavailable");
+                return ApiError {
+                    status: 503,
+                    error: "unavailable",
+                    message: "the tenant registry's store is unavailable; retry".into(),
+                };
+            }
             TenancyError::Io { .. } | TenancyError::Corrupt(_) | TenancyError::Random => {
                 tracing::error!(error = %e, "admin request failed");
                 return internal();
@@ -270,8 +278,7 @@ impl AdminState {
             "open_uploads": totals.uploads,
             "quota_bytes": t.limits.quota_bytes,
             "quota_objects": t.limits.quota_objects,
-            "max_open_uploads": t.limits.max_open_uploads
-                .unwrap_or(crate::quota::DEFAULT_MAX_OPEN_UPLOADS),
+            "max_open_uploads": crate::quota::limits(&t.limits).max_open_uploads,
             "buckets": buckets,
         }))
     }

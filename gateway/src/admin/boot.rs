@@ -42,13 +42,21 @@ pub async fn start(
     cfg: &ServeConfig,
     store: Arc<dyn StoreClient>,
     lanes: Arc<LaneState>,
+    at: RegistryAt,
 ) -> Result<Tenancy, ServeError> {
     let initial = cfg
         .initial_key
         .clone()
         .map(|(access_key, secret)| InitialKey { access_key, secret });
-    let master = std::env::var(laneway_tenancy::crypt::MASTER_KEY_ENV).ok();
-    let (registry, boot) = Registry::open(&cfg.data_dir, master.as_deref(), initial)?;
+    let (registry, boot) = match at {
+        RegistryAt::DataDir => {
+            let master = std::env::var(laneway_tenancy::crypt::MASTER_KEY_ENV).ok();
+            Registry::open(&cfg.data_dir, master.as_deref(), initial)?
+        }
+        RegistryAt::Catalog { secret } => {
+            open_in_catalog(Arc::clone(&store), &secret, initial).await?
+        }
+    };
     let keys = Arc::new(KeyCache::new(Arc::new(registry)));
     lanes.sync(keys.registry());
     lanes.spawn_refresh(Arc::clone(keys.registry()));
@@ -76,6 +84,47 @@ pub async fn start(
         new_token,
     })
 }
+
+/// Where the registry is kept.
+pub enum RegistryAt {
+    /// `<data-dir>/tenancy` (`laneway serve`).
+    DataDir,
+    /// The cluster's catalog (`laneway gateway`), secrets sealed by the
+    /// master key of the cluster whose secret this is
+    /// ([`crate::roles::registry::master_key`]).
+    Catalog {
+        /// The cluster secret.
+        secret: Vec<u8>,
+    },
+}
+
+/// Open the registry in the catalog. Gateways starting together may race
+/// to create the first tenant: the one that loses finds the other's
+/// registry when it retries, and opens it as it stands.
+async fn open_in_catalog(
+    store: Arc<dyn StoreClient>,
+    secret: &[u8],
+    initial: Option<InitialKey>,
+) -> Result<(Registry, Bootstrap), TenancyError> {
+    let mut initial = initial;
+    for _ in 0..OPEN_ATTEMPTS {
+        let backend = crate::roles::registry::CatalogBackend::open(Arc::clone(&store)).await?;
+        let master = crate::roles::registry::master_key(secret)?;
+        let first = initial.clone();
+        let opened =
+            tokio::task::spawn_blocking(move || Registry::open_with(backend, master, first, None))
+                .await
+                .map_err(|e| TenancyError::Backend(e.to_string()))?;
+        match opened {
+            Err(TenancyError::Conflict(_) | TenancyError::Stale) => initial = None,
+            other => return other,
+        }
+    }
+    Err(TenancyError::Stale)
+}
+
+/// Tries to open the cluster's registry while other gateways create it.
+const OPEN_ATTEMPTS: usize = 5;
 
 fn admin_token(cfg: &ServeConfig) -> Result<(Secret, Option<(Secret, PathBuf)>), TenancyError> {
     if let Some(t) = &cfg.admin_token {

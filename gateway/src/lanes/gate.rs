@@ -68,6 +68,9 @@ struct Caller {
     /// The lane it is scheduled in: its tenant's once proved, else an
     /// unproved lane.
     tenant: TenantKey,
+    /// Its tenant and weight as the store sees them (store nodes schedule
+    /// by it too: [`laneway_store::caller`]).
+    store: laneway_store::caller::Caller,
     series: Arc<OpSeries>,
     started: Instant,
 }
@@ -115,7 +118,7 @@ impl LaneGate {
             Arc::clone(&caller.series),
         );
         req.extensions_mut().insert(meter);
-        let result = service.call(req).await;
+        let result = caller.store.clone().scope(service.call(req)).await;
         match result {
             Ok(resp) => Ok(self.respond(reply::finish(resp, ids), caller, &held)),
             Err(e) => {
@@ -152,8 +155,17 @@ impl LaneGate {
         };
         let series = self.state.metrics().series(&label, op);
         series.request();
+        let weight = match (&grant, proved) {
+            (Some(g), true) => g.tenant.weight,
+            _ => 1,
+        };
+        let store = laneway_store::caller::Caller {
+            tenant: laneway_store::TenantId(tenant.as_str().to_string()),
+            weight,
+        };
         Caller {
             tenant,
+            store,
             series,
             started,
         }

@@ -56,10 +56,11 @@ impl RunSource for LocalRuns<'_> {
         let runs = reqs
             .into_iter()
             .map(|r| {
-                let p = usize::try_from(r.partition.0)
-                    .ok()
-                    .and_then(|i| self.partitions.get(i))
-                    .ok_or_else(|| StoreError::InvalidArgument(format!("no {}", r.partition)))?;
+                let p = self
+                    .partitions
+                    .iter()
+                    .find(|p| p.id() == r.partition)
+                    .ok_or(StoreError::NotHosted(r.partition))?;
                 let want = usize::try_from(r.want).unwrap_or(usize::MAX);
                 scan_run(p.index(), bucket, q, r.from, want)
             })

@@ -63,7 +63,7 @@ pub enum ListEntry {
 }
 
 /// One page.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct ListPage {
     /// Entries in key order.
     pub entries: Vec<ListEntry>,

@@ -29,7 +29,7 @@ use md5::{Digest, Md5};
 use std::collections::BTreeMap;
 
 /// One entry of the client's CompleteMultipartUpload list.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ListedPart {
     /// Part number.
     pub number: u32,

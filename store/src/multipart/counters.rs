@@ -17,7 +17,7 @@ use crate::ids::BucketId;
 use crate::record::PENDING_TAG;
 
 /// Multipart uploads in progress in one bucket (of one partition, or summed).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Pending {
     /// Uploads created and neither completed nor aborted.
     pub uploads: i64,

@@ -78,10 +78,30 @@ impl RpcClient {
         data: Option<BodyStream>,
         opts: &CallOptions,
     ) -> Result<(Bytes, BodyStream), RpcError> {
+        // A call with a data stream (an upload) may stream for as long as
+        // its sender keeps it flowing (the sender bounds its stalls; the
+        // connection's keep-alive catches a node that vanished); the
+        // deadline for the answer starts when the stream has been sent.
+        let (sent_tx, sent_rx) = tokio::sync::oneshot::channel::<()>();
+        let data = match data {
+            Some(d) => Some(notify_on_end(d, sent_tx)),
+            None => {
+                let _ = sent_tx.send(());
+                None
+            }
+        };
         let attempt = self.attempt(method, args, data, opts);
-        let (payload, rest) = tokio::time::timeout(opts.deadline, attempt)
-            .await
-            .map_err(|_| self.timeout(opts.deadline))??;
+        tokio::pin!(attempt);
+        let early = tokio::select! {
+            r = &mut attempt => Some(r),
+            _ = sent_rx => None,
+        };
+        let (payload, rest) = match early {
+            Some(r) => r?,
+            None => tokio::time::timeout(opts.deadline, attempt)
+                .await
+                .map_err(|_| self.timeout(opts.deadline))??,
+        };
         match wire::decode_result(&payload) {
             Ok(Ok(reply)) => Ok((reply, with_stall(rest, opts.stall))),
             Ok(Err(remote)) => Err(RpcError::Remote(remote)),
@@ -96,7 +116,11 @@ impl RpcClient {
         data: Option<BodyStream>,
         opts: &CallOptions,
     ) -> Result<(Bytes, BodyStream), RpcError> {
-        let mut sender = self.sender().await?;
+        // Connecting is bounded on its own: a call with a data stream
+        // has no deadline until its stream is sent.
+        let mut sender = tokio::time::timeout(opts.deadline, self.sender())
+            .await
+            .map_err(|_| self.timeout(opts.deadline))??;
         let req = self.request(method, args, data)?;
         let resp = match sender.send_request(req).await {
             Ok(r) => r,
@@ -204,4 +228,28 @@ impl RpcClient {
             why: why.into(),
         }
     }
+}
+
+/// `body`, signalling `sent` once it has ended (or failed, or was dropped).
+fn notify_on_end(body: BodyStream, sent: tokio::sync::oneshot::Sender<()>) -> BodyStream {
+    Box::pin(futures::stream::unfold(
+        (body, Some(sent)),
+        |(mut body, mut sent)| async move {
+            match body.next().await {
+                Some(Ok(chunk)) => Some((Ok(chunk), (body, sent))),
+                Some(Err(e)) => {
+                    if let Some(s) = sent.take() {
+                        let _ = s.send(());
+                    }
+                    Some((Err(e), (body, None)))
+                }
+                None => {
+                    if let Some(s) = sent.take() {
+                        let _ = s.send(());
+                    }
+                    None
+                }
+            }
+        },
+    ))
 }

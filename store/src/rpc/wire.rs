@@ -56,6 +56,8 @@ pub enum WireCode {
     ShuttingDown,
     /// [`StoreError::InsufficientStorage`].
     InsufficientStorage,
+    /// [`StoreError::QuotaExceeded`] (the message is the client's).
+    QuotaExceeded,
     /// [`StoreError::Unavailable`].
     Unavailable,
     /// [`StoreError::Layout`], [`StoreError::Io`], [`StoreError::Engine`]:
@@ -113,7 +115,11 @@ impl WireError {
             S::InvalidArgument(_) => W::InvalidArgument,
             S::ShuttingDown => W::ShuttingDown,
             S::InsufficientStorage => W::InsufficientStorage,
+            S::QuotaExceeded(why) => return WireError::new(W::QuotaExceeded, why.clone()),
             S::Unavailable(_) => W::Unavailable,
+            // The node's handler answers with its map version; a bare
+            // conversion only knows the partition is elsewhere.
+            S::NotHosted(_) => W::WrongNode { map_version: 0 },
             S::Layout(_) | S::Io(_) | S::Engine(_) => W::Internal,
         };
         WireError::new(code, e.to_string())
@@ -141,6 +147,7 @@ impl WireError {
             W::InvalidArgument => S::InvalidArgument(self.message),
             W::ShuttingDown => S::ShuttingDown,
             W::InsufficientStorage => S::InsufficientStorage,
+            W::QuotaExceeded => S::QuotaExceeded(self.message),
             W::Unavailable | W::WrongNode { .. } => S::Unavailable(self.message),
             W::Internal | W::Unauthorized | W::BadCall => {
                 S::Engine(format!("store node: {}", self.message))
@@ -273,6 +280,7 @@ mod tests {
             StoreError::ChecksumMismatch("CRC32".into()),
             StoreError::InsufficientStorage,
             StoreError::PreconditionFailed,
+            StoreError::QuotaExceeded("quota_bytes = 100".into()),
         ];
         for e in cases {
             let before = e.to_string();
@@ -289,6 +297,11 @@ mod tests {
             let framed = encode_result(&r);
             assert_eq!(decode_result(&framed[4..]).expect("decode"), r);
         }
+        // A refusal's message reaches the client as the store wrote it.
+        let why = "This upload would exceed the tenant's byte quota (quota_bytes = 1).";
+        let wire = WireError::from_store(&StoreError::QuotaExceeded(why.into()));
+        assert_eq!(wire.message, why);
+        assert!(matches!(wire.into_store(), StoreError::QuotaExceeded(m) if m == why));
         let moved = WireError::new(WireCode::WrongNode { map_version: 7 }, "p0003 moved");
         assert!(matches!(moved.into_store(), StoreError::Unavailable(_)));
     }

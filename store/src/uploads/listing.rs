@@ -31,7 +31,7 @@ use std::sync::Arc;
 const SWEEP_CHUNK: usize = 1000;
 
 /// One entry of a ListMultipartUploads page.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum UploadEntry {
     /// An upload.
     Upload(UploadInfo),
@@ -40,7 +40,7 @@ pub enum UploadEntry {
 }
 
 /// A ListMultipartUploads request.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct UploadQuery {
     /// Only keys with this prefix.
     pub prefix: String,
@@ -55,7 +55,7 @@ pub struct UploadQuery {
 }
 
 /// A ListMultipartUploads page.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct UploadPage {
     /// Entries in (key, upload id) order.
     pub entries: Vec<UploadEntry>,

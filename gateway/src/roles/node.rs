@@ -1,0 +1,176 @@
+//! `laneway store`: one store node of a cluster. It opens, in its data
+//! directory, the partitions the cluster file's map gives it (and the
+//! catalog, which every data directory has and the catalog's node serves),
+//! then answers the cluster RPC until SIGTERM or Ctrl-C, and syncs and
+//! closes the store.
+//!
+//! Startup prints one line on stdout once the RPC port is bound and the
+//! store open: `laneway store node ID listening on rpc://ADDR`.
+
+use clap::Args;
+use laneway_store::cluster::{FileMapSource, MapSource, NodeId};
+use laneway_store::node::NodeService;
+use laneway_store::node::lanes::NodeLanes;
+use laneway_store::remote::RemoteStore;
+use laneway_store::rpc::{CallOptions, RpcServer, ServerOptions, Signer};
+use laneway_store::{Store, StoreConfig, StoreError};
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Flags of `laneway store`.
+#[derive(Args)]
+pub struct StoreArgs {
+    /// Data directory of this node (created on first start).
+    #[arg(long, env = "LANEWAY_DATA_DIR")]
+    pub data_dir: PathBuf,
+    /// Address of the RPC listener (gateways and nodes reach it at the
+    /// address the cluster file gives for this node).
+    #[arg(long, env = "LANEWAY_LISTEN")]
+    pub listen: String,
+    /// The cluster file.
+    #[arg(long, env = "LANEWAY_CLUSTER")]
+    pub cluster: PathBuf,
+    /// This node's id in the cluster file.
+    #[arg(long, env = "LANEWAY_NODE")]
+    pub node: String,
+    /// Free space kept for deletes and compaction, as for `serve`.
+    #[arg(long, env = "LANEWAY_DISK_RESERVE", default_value = "auto")]
+    pub disk_reserve: String,
+    /// Index cache and memtables of the node's partitions, as for `serve`.
+    #[arg(long, env = "LANEWAY_INDEX_MEMORY", default_value = "128M")]
+    pub index_memory: String,
+    /// Log filter (RUST_LOG syntax).
+    #[arg(long = "log", env = "LANEWAY_LOG")]
+    pub log: Option<String>,
+}
+
+/// Why a store node could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// A flag or the cluster file is wrong.
+    #[error("{0}")]
+    Config(String),
+    /// The store would not open.
+    #[error("cannot open the store: {0}")]
+    Store(#[from] StoreError),
+    /// The RPC port could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A blocking task failed.
+    #[error("background task failed: {0}")]
+    Task(#[from] tokio::task::JoinError),
+}
+
+impl StoreArgs {
+    /// The log filter asked for.
+    pub fn log(&self) -> Option<&str> {
+        self.log.as_deref()
+    }
+}
+
+/// Run the node until a shutdown signal.
+pub async fn run(args: StoreArgs) -> Result<(), NodeError> {
+    crate::conn::fds::raise_nofile_limit();
+    let map_source = Arc::new(FileMapSource::open(&args.cluster).map_err(cfg_err)?);
+    let file = map_source.file();
+    let node = NodeId::parse(&args.node).map_err(NodeError::Config)?;
+    if file.node(node.as_str()).is_none() {
+        return Err(NodeError::Config(format!(
+            "node {node} is not in the cluster file {}",
+            file.path.display()
+        )));
+    }
+    let secret = file.read_secret().map_err(cfg_err)?;
+    let listener = tokio::net::TcpListener::bind(&args.listen)
+        .await
+        .map_err(|source| NodeError::Bind {
+            addr: args.listen.clone(),
+            source,
+        })?;
+    let store = open_store(&args, &map_source, &node).await?;
+    store.start_compactor(
+        std::time::Duration::from_secs(300),
+        0.5,
+        std::time::Duration::from_secs(168 * 3600),
+    );
+    let map: Arc<dyn MapSource> = map_source.clone();
+    let cluster = RemoteStore::new(&file, Arc::clone(&map), CallOptions::default())?;
+    let service = NodeService::new(
+        Arc::clone(&store),
+        node.clone(),
+        map,
+        NodeLanes::new(laneway_qos::LanesConfig::default()),
+        Arc::new(cluster),
+    );
+    let server = RpcServer::start(
+        listener,
+        Arc::new(service),
+        Signer::new(&secret),
+        ServerOptions::default(),
+    )
+    .map_err(|source| NodeError::Bind {
+        addr: args.listen.clone(),
+        source,
+    })?;
+    announce(&node, server.local_addr());
+    crate::serve::shutdown_signal().await;
+    tracing::info!("stopping the RPC listener");
+    server.stop().await;
+    tracing::info!("syncing and closing the store");
+    tokio::task::spawn_blocking(move || store.shutdown()).await?;
+    Ok(())
+}
+
+fn cfg_err(e: impl std::fmt::Display) -> NodeError {
+    NodeError::Config(e.to_string())
+}
+
+/// Open the node's share of the partitions.
+async fn open_store(
+    args: &StoreArgs,
+    map: &FileMapSource,
+    node: &NodeId,
+) -> Result<Arc<Store>, NodeError> {
+    let current = map.current();
+    let hosted = current.hosted_by(node);
+    let disk_reserve = laneway_store::DiskReserve::parse(&args.disk_reserve)
+        .map_err(|e| NodeError::Config(format!("--disk-reserve: {e}")))?;
+    let index_memory = crate::admin::cli::parse_size(&args.index_memory)
+        .ok()
+        .filter(|n| *n >= 1 << 20)
+        .ok_or_else(|| {
+            NodeError::Config(format!("--index-memory: bad size {:?}", args.index_memory))
+        })?;
+    let cfg = StoreConfig {
+        partitions: Some(current.partition_count()),
+        disk_reserve,
+        index_memory,
+        hosted: Some(hosted.clone()),
+        ..StoreConfig::default()
+    };
+    let dir = args.data_dir.clone();
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| NodeError::Config(format!("cannot create {}: {e}", dir.display())))?;
+    let store = tokio::task::spawn_blocking(move || Store::open(&dir, cfg)).await??;
+    tracing::info!(node = %node, partitions = hosted.len(), catalog = current.catalog().first() == Some(node),
+        "store node open");
+    Ok(store)
+}
+
+fn announce(node: &NodeId, addr: std::net::SocketAddr) {
+    let mut out = std::io::stdout().lock();
+    let line = format!("laneway store node {node} listening on rpc://{addr}\n");
+    if out
+        .write_all(line.as_bytes())
+        .and_then(|()| out.flush())
+        .is_err()
+    {
+        tracing::warn!("could not write the startup line to stdout");
+    }
+}

@@ -1,0 +1,100 @@
+//! Fair sharing at the store node: with several gateways, the contended
+//! resource is the node, so each call is admitted through lanes of its own
+//! (the qos crate's weighted fair scheduler), by the tenant and weight the
+//! gateway sent with it ([`crate::caller::Caller`]). A tenant that spreads
+//! its load over two gateways meets itself in one lane here, and gets one
+//! share, not two (the dmClock idea: schedule where the contention is).
+//!
+//! A call's index work is admitted at its base cost and its permit held
+//! while it runs; body bytes, in and out, are paced chunk by chunk through
+//! the same lanes and hold nothing between chunks. Calls without a caller
+//! (the cluster's own steps, health checks) are not queued.
+
+use crate::caller::Caller;
+use crate::error::{StoreError, StoreResult};
+use crate::store::BodyStream;
+use futures::StreamExt;
+use laneway_qos::{Caps, Lanes, LanesConfig, Overloaded, Permit, TenantKey, Weight};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+
+/// Tenants whose weight the node remembers (more are forgotten, oldest
+/// first, and re-learnt from their next call).
+const MAX_TENANTS: usize = 100_000;
+
+/// The node's lanes and the weights it was last told.
+pub struct NodeLanes {
+    lanes: Lanes,
+    weights: Mutex<HashMap<String, u32>>,
+}
+
+impl NodeLanes {
+    /// Lanes with `config`.
+    pub fn new(config: LanesConfig) -> NodeLanes {
+        NodeLanes {
+            lanes: Lanes::new(config),
+            weights: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The scheduler (metrics).
+    pub fn lanes(&self) -> &Lanes {
+        &self.lanes
+    }
+
+    /// Wait for the caller's turn for `cost` units (`None` without a caller).
+    pub async fn admit(&self, caller: Option<&Caller>, cost: u64) -> StoreResult<Option<Permit>> {
+        let Some(c) = caller else { return Ok(None) };
+        let key = self.key(c);
+        match self.lanes.admit(&key, cost).await {
+            Ok(p) => Ok(Some(p)),
+            Err(o) => Err(busy(&o)),
+        }
+    }
+
+    /// `body` paced through the caller's lane (unchanged without a caller).
+    pub fn pace(&self, caller: Option<&Caller>, body: BodyStream) -> BodyStream {
+        let Some(c) = caller else { return body };
+        let key = self.key(c);
+        let chunk = self.lanes.config().chunk_bytes;
+        let inner = body.map(|r| r.map_err(Paced::Io));
+        let paced = laneway_qos::pace(self.lanes.clone(), key, inner, chunk);
+        Box::pin(paced.map(|r| {
+            r.map_err(|e| match e {
+                Paced::Io(e) => e,
+                Paced::Over(o) => std::io::Error::other(busy(&o).to_string()),
+            })
+        }))
+    }
+
+    /// The caller's lane, with its weight brought up to date.
+    fn key(&self, c: &Caller) -> TenantKey {
+        let key = TenantKey::new(&c.tenant.0);
+        let mut weights = self.weights.lock();
+        if weights.get(&c.tenant.0) != Some(&c.weight) {
+            if weights.len() >= MAX_TENANTS {
+                weights.clear();
+            }
+            weights.insert(c.tenant.0.clone(), c.weight);
+            let w = Weight::new(c.weight).unwrap_or(Weight::ONE);
+            self.lanes.update_tenant(&key, w, Caps::NONE);
+        }
+        key
+    }
+}
+
+/// A body error, or a chunk that waited too long for its turn.
+enum Paced {
+    Io(std::io::Error),
+    Over(Overloaded),
+}
+
+impl From<Overloaded> for Paced {
+    fn from(o: Overloaded) -> Paced {
+        Paced::Over(o)
+    }
+}
+
+fn busy(o: &Overloaded) -> StoreError {
+    StoreError::Unavailable(format!("store node busy: {o}"))
+}

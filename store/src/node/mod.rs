@@ -1,0 +1,305 @@
+//! A store node: the partitions the map gives it (and the catalog, on the
+//! catalog's node), served over the cluster RPC ([`crate::rpc`]).
+//!
+//! [`NodeService`] is the RPC [`Handler`]: it decodes each call's
+//! [`proto::Envelope`], admits it through the node's lanes (weighted by
+//! the caller's tenant, so a tenant spreading its load over several
+//! gateways still gets one share here: [`lanes`]), runs it on the local
+//! [`Store`] and encodes the reply. A call for a partition this node does
+//! not host, or a catalog call on another node, is answered `WrongNode`
+//! with the node's map version, so a stale sender refreshes its map and
+//! retries.
+
+pub mod desk;
+pub mod lanes;
+pub mod proto;
+
+use crate::cluster::{MapSource, NodeId};
+use crate::error::{StoreError, StoreResult};
+use crate::list::RunSource;
+use crate::list::merge::LocalRuns;
+use crate::rpc::{Handler, Reply, WireCode, WireError};
+use crate::store::{BodyStream, Store};
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use proto::{Call, Envelope, Route, decode, encode};
+use serde::Serialize;
+use std::sync::Arc;
+
+/// The RPC handler of one store node.
+#[derive(Clone)]
+pub struct NodeService {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Arc<Store>,
+    node: NodeId,
+    map: Arc<dyn MapSource>,
+    lanes: lanes::NodeLanes,
+    desk: desk::QuotaDesk,
+}
+
+impl NodeService {
+    /// Serve `store` as node `node` of the cluster whose map `map` gives;
+    /// `cluster` is a client of every node (the catalog's quota desk reads
+    /// usage through it).
+    pub fn new(
+        store: Arc<Store>,
+        node: NodeId,
+        map: Arc<dyn MapSource>,
+        lanes: lanes::NodeLanes,
+        cluster: Arc<dyn crate::client::StoreClient>,
+    ) -> NodeService {
+        NodeService {
+            inner: Arc::new(Inner {
+                store,
+                node,
+                map,
+                lanes,
+                desk: desk::QuotaDesk::new(cluster),
+            }),
+        }
+    }
+
+    /// The node's lanes (metrics).
+    pub fn lanes(&self) -> &lanes::NodeLanes {
+        &self.inner.lanes
+    }
+}
+
+impl Handler for NodeService {
+    fn call(
+        &self,
+        method: String,
+        args: Bytes,
+        body: BodyStream,
+    ) -> BoxFuture<'static, Result<Reply, WireError>> {
+        let inner = Arc::clone(&self.inner);
+        Box::pin(async move { inner.answer(&method, &args, body).await })
+    }
+}
+
+impl Inner {
+    async fn answer(
+        &self,
+        method: &str,
+        args: &[u8],
+        body: BodyStream,
+    ) -> Result<Reply, WireError> {
+        let env: Envelope =
+            decode(args).map_err(|e| WireError::new(WireCode::BadCall, e.to_string()))?;
+        if env.call.name() != method {
+            return Err(WireError::new(
+                WireCode::BadCall,
+                format!("method {method} carries a {} call", env.call.name()),
+            ));
+        }
+        let map_version = self.map.current().version();
+        if env.call.route() == Route::Catalog && !self.hosts_catalog() {
+            return Err(wrong_node(map_version, "the catalog is not on this node"));
+        }
+        let _permit = self
+            .lanes
+            .admit(env.caller.as_ref(), env.call.base_cost())
+            .await
+            .map_err(|e| WireError::from_store(&e))?;
+        let body = self.lanes.pace(env.caller.as_ref(), body);
+        self.dispatch(env.call, body).await.map_err(|e| match e {
+            StoreError::NotHosted(p) => {
+                wrong_node(map_version, &format!("{p} is not on this node"))
+            }
+            e => WireError::from_store(&e),
+        })
+    }
+
+    fn hosts_catalog(&self) -> bool {
+        self.map.current().catalog().first() == Some(&self.node)
+    }
+
+    /// Run one call on the local store.
+    async fn dispatch(&self, call: Call, body: BodyStream) -> StoreResult<Reply> {
+        let s = &self.store;
+        match call {
+            Call::Ping => reply(&()),
+            Call::CreateBucket {
+                tenant,
+                name,
+                region,
+            } => reply(&s.create_bucket(&tenant, &name, &region)?),
+            Call::Bucket { tenant, name } => reply(&s.bucket(&tenant, &name)?),
+            Call::ListBuckets { tenant } => reply(&s.list_buckets(&tenant)?),
+            Call::SetBucketTags { tenant, name, tags } => {
+                reply(&s.set_bucket_tags(&tenant, &name, tags)?)
+            }
+            Call::SealBucket { bucket } => reply(&s.seal_bucket(bucket).await?),
+            Call::ReviveBucket { bucket } => reply(&s.revive_bucket(bucket).await),
+            Call::DropBucket { tenant, name } => reply(&s.drop_bucket_record(&tenant, &name)?),
+            Call::BucketUsage { bucket } => reply(&s.bucket_usage(bucket)?),
+            Call::BucketPending { bucket } => reply(&s.bucket_pending(bucket)?),
+            Call::ListRuns {
+                bucket,
+                query,
+                reqs,
+            } => self.list_runs(bucket, query, reqs).await,
+            Call::ListMultipartUploads { bucket, query } => {
+                reply(&s.list_multipart_uploads(&bucket, &query)?)
+            }
+            Call::CatalogDoc { name } => reply(&s.catalog_doc(&name)?),
+            Call::PutCatalogDoc {
+                name,
+                expected,
+                body: doc,
+            } => reply(&s.put_catalog_doc(&name, expected, &doc)?),
+            Call::QuotaReserve {
+                tenant,
+                limits,
+                ask,
+            } => reply(&self.desk.reserve(&tenant, &limits, &ask).await?),
+            Call::QuotaRelease { id } => reply(&self.desk.release(id)),
+            object => self.object_call(object, body).await,
+        }
+    }
+
+    /// Calls on one object (or its uploads).
+    async fn object_call(&self, call: Call, body: BodyStream) -> StoreResult<Reply> {
+        let s = &self.store;
+        match call {
+            Call::PutObject {
+                bucket,
+                key,
+                meta,
+                opts,
+                cond,
+            } => reply(
+                &s.put_object_if(&bucket, &key, meta, opts, body, cond)
+                    .await?,
+            ),
+            Call::HeadObject { bucket, key } => reply(&s.head_object(&bucket, &key)?),
+            Call::GetObject { bucket, key, range } => {
+                let (info, data) = s.get_object(&bucket, &key, range)?;
+                Ok(Reply {
+                    payload: Bytes::from(encode(&info)?),
+                    body: Some(data),
+                })
+            }
+            Call::DeleteObject { bucket, key } => reply(&s.delete_object(&bucket, &key).await?),
+            Call::PutObjectTags { bucket, key, tags } => {
+                reply(&s.put_object_tags(&bucket, &key, tags).await?)
+            }
+            Call::ReplaceObjectMeta {
+                bucket,
+                key,
+                meta,
+                tags,
+            } => reply(&s.replace_object_meta(&bucket, &key, meta, tags).await?),
+            Call::ObjectPartRange {
+                bucket,
+                key,
+                number,
+            } => reply(&s.object_part_range(&bucket, &key, number)?),
+            Call::ObjectWithParts { bucket, key } => reply(&s.object_with_parts(&bucket, &key)?),
+            other => self.upload_call(other, body).await,
+        }
+    }
+
+    /// Multipart upload calls.
+    async fn upload_call(&self, call: Call, body: BodyStream) -> StoreResult<Reply> {
+        let s = &self.store;
+        match call {
+            Call::CreateMultipartUpload {
+                bucket,
+                key,
+                meta,
+                tags,
+                checksum,
+            } => reply(
+                &s.create_multipart_upload_with(&bucket, &key, meta, tags, checksum)
+                    .await?,
+            ),
+            Call::UploadPart {
+                bucket,
+                key,
+                upload_id,
+                number,
+                opts,
+            } => reply(
+                &s.upload_part(&bucket, &key, &upload_id, number, opts, body)
+                    .await?,
+            ),
+            Call::CompleteMultipartUpload {
+                bucket,
+                key,
+                upload_id,
+                parts,
+                cond,
+                whole,
+            } => reply(
+                &s.complete_multipart_upload_with(&bucket, &key, &upload_id, parts, cond, whole)
+                    .await?,
+            ),
+            Call::RepeatedCompletion {
+                bucket,
+                key,
+                upload_id,
+                parts,
+            } => reply(&s.repeated_completion(&bucket, &key, &upload_id, &parts)?),
+            Call::PartSize {
+                bucket,
+                key,
+                upload_id,
+                number,
+            } => reply(&s.part_size(&bucket, &key, &upload_id, number)?),
+            Call::AbortMultipartUpload {
+                bucket,
+                key,
+                upload_id,
+            } => reply(&s.abort_multipart_upload(&bucket, &key, &upload_id).await?),
+            Call::UploadChecksum {
+                bucket,
+                key,
+                upload_id,
+            } => reply(&s.upload_checksum(&bucket, &key, &upload_id)?),
+            Call::ListParts {
+                bucket,
+                key,
+                upload_id,
+                marker,
+                max,
+            } => reply(&s.list_parts(&bucket, &key, &upload_id, marker, max)?),
+            other => Err(StoreError::InvalidArgument(format!(
+                "{} is not a call of this node",
+                other.name()
+            ))),
+        }
+    }
+
+    /// LIST runs of partitions of this node, read on a blocking thread
+    /// (index scans).
+    async fn list_runs(
+        &self,
+        bucket: crate::ids::BucketId,
+        query: crate::list::ListQuery,
+        reqs: Vec<crate::list::run::RunRequest>,
+    ) -> StoreResult<Reply> {
+        let store = Arc::clone(&self.store);
+        let runs = tokio::task::spawn_blocking(move || {
+            let local = LocalRuns {
+                partitions: store.partitions(),
+            };
+            futures::executor::block_on(local.fetch(bucket, &query, reqs))
+        })
+        .await
+        .map_err(|e| StoreError::Engine(format!("list task: {e}")))??;
+        reply(&runs)
+    }
+}
+
+/// A reply without data.
+fn reply<T: Serialize>(v: &T) -> StoreResult<Reply> {
+    Ok(Reply::payload(Bytes::from(encode(v)?)))
+}
+
+fn wrong_node(map_version: u64, why: &str) -> WireError {
+    WireError::new(WireCode::WrongNode { map_version }, why)
+}

@@ -1,0 +1,442 @@
+//! The calls a store node answers, as data: [`Call`] is every operation of
+//! the store-client trait that crosses the network, plus the cluster's own
+//! steps (sealing a bucket on each node before DeleteBucket removes it,
+//! fetching LIST runs of several partitions at once).
+//!
+//! A call travels as an [`Envelope`] (bincode) in the RPC's argument frame:
+//! the call, the caller (tenant and weight, for the node's lanes) and the
+//! map version the sender routed by. Its method name in the URL is
+//! [`Call::name`]. Each call's reply type is fixed by the call and named
+//! beside its variant; the node encodes it with [`encode`], the client
+//! decodes it with [`decode`].
+//!
+//! Where a call goes is decided here too ([`Call::route`]), so the client
+//! and the node agree: a partition's calls to the node hosting it, bucket
+//! and registry calls to the catalog node, per-node steps to every node.
+
+use crate::caller::Caller;
+use crate::commit::WriteCond;
+use crate::error::{StoreError, StoreResult};
+use crate::ids::{BucketId, TenantId};
+use crate::list::ListQuery;
+use crate::list::run::RunRequest;
+use crate::multipart::{ListedPart, UploadChecksum};
+use crate::quota::{QuotaAsk, QuotaLimits};
+use crate::record::{Checksum, ObjectMeta, Tag};
+use crate::store::{BucketInfo, GetRange, PutOptions};
+use crate::uploads::UploadQuery;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+/// One call and what it was sent with.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Envelope {
+    /// The operation.
+    pub call: Call,
+    /// Who it is for (lanes at the node); `None` for the cluster's own.
+    pub caller: Option<Caller>,
+    /// The partition map version the sender routed by.
+    pub map_version: u64,
+}
+
+/// Every operation a store node answers (the reply type in brackets).
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Call {
+    /// Liveness (`()`).
+    Ping,
+    /// Create a bucket (BucketInfo). Catalog.
+    CreateBucket {
+        /// Owner.
+        tenant: TenantId,
+        /// Name.
+        name: String,
+        /// Region.
+        region: String,
+    },
+    /// Look a bucket up (BucketInfo). Catalog.
+    Bucket {
+        /// Owner.
+        tenant: TenantId,
+        /// Name.
+        name: String,
+    },
+    /// A tenant's buckets (`Vec<BucketInfo>`). Catalog.
+    ListBuckets {
+        /// Owner.
+        tenant: TenantId,
+    },
+    /// Replace a bucket's tags (`()`). Catalog.
+    SetBucketTags {
+        /// Owner.
+        tenant: TenantId,
+        /// Name.
+        name: String,
+        /// The tag set.
+        tags: Vec<Tag>,
+    },
+    /// Refuse further writes into an empty bucket (`()`). Every node.
+    SealBucket {
+        /// The bucket.
+        bucket: BucketId,
+    },
+    /// Undo a seal (`()`). Every node.
+    ReviveBucket {
+        /// The bucket.
+        bucket: BucketId,
+    },
+    /// Remove the catalog record of a sealed bucket (`()`). Catalog.
+    DropBucket {
+        /// Owner.
+        tenant: TenantId,
+        /// Name.
+        name: String,
+    },
+    /// Usage over the node's partitions (`(i64, i64)`: objects, bytes). Every node.
+    BucketUsage {
+        /// The bucket.
+        bucket: BucketId,
+    },
+    /// Open uploads over the node's partitions (`(i64, i64)`: uploads,
+    /// part bytes). Every node.
+    BucketPending {
+        /// The bucket.
+        bucket: BucketId,
+    },
+    /// Store an object from the data stream (ObjectInfo).
+    PutObject {
+        /// Bucket.
+        bucket: BucketInfo,
+        /// Key.
+        key: String,
+        /// Client metadata.
+        meta: ObjectMeta,
+        /// Checks and options.
+        opts: PutOptions,
+        /// Precondition.
+        cond: WriteCond,
+    },
+    /// An object's metadata (ObjectInfo).
+    HeadObject {
+        /// Bucket.
+        bucket: BucketInfo,
+        /// Key.
+        key: String,
+    },
+    /// An object's metadata, then its bytes as the reply's data (ObjectInfo).
+    GetObject {
+        /// Bucket.
+        bucket: BucketInfo,
+        /// Key.
+        key: String,
+        /// Byte range.
+        range: Option<GetRange>,
+    },
+    /// Delete an object (bool: it existed).
+    DeleteObject {
+        /// Bucket.
+        bucket: BucketInfo,
+        /// Key.
+        key: String,
+    },
+    /// Replace an object's tags (`()`).
+    PutObjectTags {
+        /// Bucket.
+        bucket: BucketInfo,
+        /// Key.
+        key: String,
+        /// The tag set.
+        tags: Vec<Tag>,
+    },
+    /// Replace an object's metadata in place (ObjectInfo).
+    ReplaceObjectMeta {
+        /// Bucket.
+        bucket: BucketInfo,
+        /// Key.
+        key: String,
+        /// New metadata.
+        meta: ObjectMeta,
+        /// New tags, if replaced.
+        tags: Option<Vec<Tag>>,
+    },
+    /// LIST runs of several partitions of this node (`Vec<Run>`).
+    ListRuns {
+        /// Bucket.
+        bucket: BucketId,
+        /// The listing.
+        query: ListQuery,
+        /// One run each.
+        reqs: Vec<RunRequest>,
+    },
+    /// A part's byte range ((GetRange, u32)).
+    ObjectPartRange {
+        /// Bucket.
+        bucket: BucketInfo,
+        /// Key.
+        key: String,
+        /// Part number.
+        number: u32,
+    },
+    /// An object and its parts ((ObjectInfo, Vec<ObjectPart>)).
+    ObjectWithParts {
+        /// Bucket.
+        bucket: BucketInfo,
+        /// Key.
+        key: String,
+    },
+    /// Start an upload (String: its id).
+    CreateMultipartUpload {
+        /// Bucket.
+        bucket: BucketInfo,
+        /// Key.
+        key: String,
+        /// Metadata.
+        meta: ObjectMeta,
+        /// Tags.
+        tags: Vec<Tag>,
+        /// Checksum algorithm and type.
+        checksum: Option<UploadChecksum>,
+    },
+    /// Store a part from the data stream (PartInfo).
+    UploadPart {
+        /// Bucket.
+        bucket: BucketInfo,
+        /// Key.
+        key: String,
+        /// Upload.
+        upload_id: String,
+        /// Part number.
+        number: u32,
+        /// Checks.
+        opts: PutOptions,
+    },
+    /// Complete an upload (ObjectInfo).
+    CompleteMultipartUpload {
+        /// Bucket.
+        bucket: BucketInfo,
+        /// Key.
+        key: String,
+        /// Upload.
+        upload_id: String,
+        /// The client's part list.
+        parts: Vec<ListedPart>,
+        /// Precondition.
+        cond: WriteCond,
+        /// The client's whole-object checksum.
+        whole: Option<Checksum>,
+    },
+    /// The answer of an earlier completion (ObjectInfo).
+    RepeatedCompletion {
+        /// Bucket.
+        bucket: BucketInfo,
+        /// Key.
+        key: String,
+        /// Upload.
+        upload_id: String,
+        /// The client's part list.
+        parts: Vec<ListedPart>,
+    },
+    /// A stored part's size (`Option<u64>`).
+    PartSize {
+        /// Bucket.
+        bucket: BucketInfo,
+        /// Key.
+        key: String,
+        /// Upload.
+        upload_id: String,
+        /// Part number.
+        number: u32,
+    },
+    /// Abort an upload (`()`).
+    AbortMultipartUpload {
+        /// Bucket.
+        bucket: BucketInfo,
+        /// Key.
+        key: String,
+        /// Upload.
+        upload_id: String,
+    },
+    /// An upload's checksum (`Option<UploadChecksum>`).
+    UploadChecksum {
+        /// Bucket.
+        bucket: BucketInfo,
+        /// Key.
+        key: String,
+        /// Upload.
+        upload_id: String,
+    },
+    /// A page of an upload's parts ((Vec<PartInfo>, bool)).
+    ListParts {
+        /// Bucket.
+        bucket: BucketInfo,
+        /// Key.
+        key: String,
+        /// Upload.
+        upload_id: String,
+        /// After this part number.
+        marker: u32,
+        /// At most this many.
+        max: usize,
+    },
+    /// A page of the node's open uploads (UploadPage). Every node.
+    ListMultipartUploads {
+        /// Bucket.
+        bucket: BucketInfo,
+        /// The listing.
+        query: UploadQuery,
+    },
+    /// A catalog document (`Option<(u64, Vec<u8>)>`). Catalog.
+    CatalogDoc {
+        /// Its name.
+        name: String,
+    },
+    /// Replace a catalog document by version (u64). Catalog.
+    PutCatalogDoc {
+        /// Its name.
+        name: String,
+        /// The version it replaces.
+        expected: u64,
+        /// The new content.
+        body: Vec<u8>,
+    },
+    /// Reserve quota for a write (`Option<u64>`: the hold's id). Catalog.
+    QuotaReserve {
+        /// The tenant.
+        tenant: TenantId,
+        /// Its limits.
+        limits: QuotaLimits,
+        /// What the write asks.
+        ask: QuotaAsk,
+    },
+    /// Give a hold back (`()`). Catalog.
+    QuotaRelease {
+        /// The hold's id.
+        id: u64,
+    },
+}
+
+/// Where a call is sent.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Route<'a> {
+    /// The node hosting the partition of this object.
+    Object(BucketId, &'a str),
+    /// The catalog's node.
+    Catalog,
+    /// A node the caller names (per-node steps and LIST runs).
+    Named,
+}
+
+impl Call {
+    /// The method name in the call's URL (and its signature).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Call::Ping => "ping",
+            Call::CreateBucket { .. } => "create_bucket",
+            Call::Bucket { .. } => "bucket",
+            Call::ListBuckets { .. } => "list_buckets",
+            Call::SetBucketTags { .. } => "set_bucket_tags",
+            Call::SealBucket { .. } => "seal_bucket",
+            Call::ReviveBucket { .. } => "revive_bucket",
+            Call::DropBucket { .. } => "drop_bucket",
+            Call::BucketUsage { .. } => "bucket_usage",
+            Call::BucketPending { .. } => "bucket_pending",
+            Call::PutObject { .. } => "put_object",
+            Call::HeadObject { .. } => "head_object",
+            Call::GetObject { .. } => "get_object",
+            Call::DeleteObject { .. } => "delete_object",
+            Call::PutObjectTags { .. } => "put_object_tags",
+            Call::ReplaceObjectMeta { .. } => "replace_object_meta",
+            Call::ListRuns { .. } => "list_runs",
+            Call::ObjectPartRange { .. } => "object_part_range",
+            Call::ObjectWithParts { .. } => "object_with_parts",
+            Call::CreateMultipartUpload { .. } => "create_multipart_upload",
+            Call::UploadPart { .. } => "upload_part",
+            Call::CompleteMultipartUpload { .. } => "complete_multipart_upload",
+            Call::RepeatedCompletion { .. } => "repeated_completion",
+            Call::PartSize { .. } => "part_size",
+            Call::AbortMultipartUpload { .. } => "abort_multipart_upload",
+            Call::UploadChecksum { .. } => "upload_checksum",
+            Call::ListParts { .. } => "list_parts",
+            Call::ListMultipartUploads { .. } => "list_multipart_uploads",
+            Call::CatalogDoc { .. } => "catalog_doc",
+            Call::PutCatalogDoc { .. } => "put_catalog_doc",
+            Call::QuotaReserve { .. } => "quota_reserve",
+            Call::QuotaRelease { .. } => "quota_release",
+        }
+    }
+
+    /// Where the call goes.
+    pub fn route(&self) -> Route<'_> {
+        match self {
+            Call::CreateBucket { .. }
+            | Call::Bucket { .. }
+            | Call::ListBuckets { .. }
+            | Call::SetBucketTags { .. }
+            | Call::DropBucket { .. }
+            | Call::CatalogDoc { .. }
+            | Call::PutCatalogDoc { .. }
+            | Call::QuotaReserve { .. }
+            | Call::QuotaRelease { .. } => Route::Catalog,
+            Call::Ping
+            | Call::SealBucket { .. }
+            | Call::ReviveBucket { .. }
+            | Call::BucketUsage { .. }
+            | Call::BucketPending { .. }
+            | Call::ListRuns { .. }
+            | Call::ListMultipartUploads { .. } => Route::Named,
+            Call::PutObject { bucket, key, .. }
+            | Call::HeadObject { bucket, key }
+            | Call::GetObject { bucket, key, .. }
+            | Call::DeleteObject { bucket, key }
+            | Call::PutObjectTags { bucket, key, .. }
+            | Call::ReplaceObjectMeta { bucket, key, .. }
+            | Call::ObjectPartRange { bucket, key, .. }
+            | Call::ObjectWithParts { bucket, key }
+            | Call::CreateMultipartUpload { bucket, key, .. }
+            | Call::UploadPart { bucket, key, .. }
+            | Call::CompleteMultipartUpload { bucket, key, .. }
+            | Call::RepeatedCompletion { bucket, key, .. }
+            | Call::PartSize { bucket, key, .. }
+            | Call::AbortMultipartUpload { bucket, key, .. }
+            | Call::UploadChecksum { bucket, key, .. }
+            | Call::ListParts { bucket, key, .. } => Route::Object(bucket.id, key),
+        }
+    }
+
+    /// Whether the call streams a body after its arguments.
+    pub fn has_data(&self) -> bool {
+        matches!(self, Call::PutObject { .. } | Call::UploadPart { .. })
+    }
+
+    /// Cost of the call in lane units before its body (a small fixed
+    /// share: a call is mostly index work; bodies add their bytes).
+    pub fn base_cost(&self) -> u64 {
+        match self {
+            Call::ListRuns { reqs, .. } => {
+                BASE_COST * u64::try_from(reqs.len()).unwrap_or(1).max(1)
+            }
+            _ => BASE_COST,
+        }
+    }
+}
+
+/// Lane units of one call's index work (about a 4 KiB body's worth).
+pub const BASE_COST: u64 = 4096;
+
+/// Bincode of a reply or an envelope.
+pub fn encode<T: Serialize>(v: &T) -> StoreResult<Vec<u8>> {
+    bincode::serialize(v).map_err(|e| StoreError::Engine(format!("encoding a call: {e}")))
+}
+
+/// A reply or envelope from bincode.
+pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> StoreResult<T> {
+    // Bounded: frames are at most MAX_FRAME, and bincode's default options
+    // take lengths from the input, so the limit keeps a hostile length
+    // prefix from allocating past it.
+    use bincode::Options;
+    bincode::DefaultOptions::new()
+        .with_fixint_encoding()
+        .allow_trailing_bytes()
+        .with_limit(crate::rpc::wire::MAX_FRAME as u64)
+        .deserialize(bytes)
+        .map_err(|e| StoreError::Engine(format!("decoding a call: {e}")))
+}

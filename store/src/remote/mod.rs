@@ -1,0 +1,710 @@
+//! [`RemoteStore`]: the [`StoreClient`] of a cluster, the same interface as
+//! [`crate::LocalStore`] over the store nodes' RPC.
+//!
+//! Each call is routed by the partition map ([`crate::cluster::MapSource`]):
+//! an object's calls to the node hosting its partition, bucket and
+//! registry calls to the catalog's node, per-bucket totals to every node
+//! (summed). A node that answers `WrongNode` holds a newer map: the client
+//! refreshes its map and sends the call once more (calls with a data
+//! stream cannot be replayed and answer 503; the S3 client retries them).
+//! A node that is down, refuses, or does not answer within the deadline is
+//! [`StoreError::Unavailable`] (503) for the calls routed to it and only
+//! for them; a LIST, which needs every node, fails as a whole rather than
+//! return a shorter listing.
+//!
+//! Caches, never truth: a bucket found is remembered for
+//! [`BUCKET_TTL`] (a bucket deleted through another gateway refuses
+//! writes at once anyway: DeleteBucket seals it on every node first,
+//! [`RemoteStore::delete_bucket`]); a bucket not found is never cached, so
+//! one created through another gateway is usable at once.
+
+mod list;
+
+use crate::caller::Caller;
+use crate::client::{Fut, StoreClient};
+use crate::cluster::{ClusterFile, FileMapSource, MapSource, NodeId, PartitionMap};
+use crate::commit::WriteCond;
+use crate::error::{StoreError, StoreResult};
+use crate::ids::{BucketId, PartitionId, TenantId};
+use crate::list::{ListPage, ListQuery};
+use crate::multipart::{ListedPart, PartInfo, Pending, UploadChecksum};
+use crate::node::proto::{Call, Envelope, Route, decode, encode};
+use crate::quota::{QuotaAsk, QuotaHold, QuotaLimits};
+use crate::record::{Checksum, ObjectInfo, ObjectMeta, Tag, Usage};
+use crate::rpc::{CallOptions, RpcClient, RpcError, Signer, WireCode};
+use crate::store::{BodyStream, BucketInfo, GetRange, PutOptions};
+use crate::uploads::{ObjectPart, UploadPage, UploadQuery};
+use bytes::Bytes;
+use serde::de::DeserializeOwned;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long a bucket looked up stays cached.
+pub const BUCKET_TTL: Duration = Duration::from_secs(2);
+
+/// Buckets cached at most.
+const BUCKET_CACHE: u64 = 100_000;
+
+/// A client of every store node of a cluster.
+#[derive(Clone)]
+pub struct RemoteStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    map: Arc<dyn MapSource>,
+    nodes: HashMap<NodeId, Arc<RpcClient>>,
+    opts: CallOptions,
+    buckets: moka::sync::Cache<(TenantId, String), BucketInfo>,
+}
+
+impl RemoteStore {
+    /// A client of the cluster that `file` describes, its map from `map`.
+    pub fn new(
+        file: &ClusterFile,
+        map: Arc<dyn MapSource>,
+        opts: CallOptions,
+    ) -> StoreResult<Self> {
+        let secret = file
+            .read_secret()
+            .map_err(|e| StoreError::Layout(e.to_string()))?;
+        let nodes = file
+            .nodes
+            .iter()
+            .map(|n| {
+                let client = RpcClient::new(n.rpc.clone(), Signer::new(&secret));
+                (n.id.clone(), Arc::new(client))
+            })
+            .collect();
+        let buckets = moka::sync::Cache::builder()
+            .max_capacity(BUCKET_CACHE)
+            .time_to_live(BUCKET_TTL)
+            .build();
+        Ok(RemoteStore {
+            inner: Arc::new(Inner {
+                map,
+                nodes,
+                opts,
+                buckets,
+            }),
+        })
+    }
+
+    /// A client of the cluster of the cluster file at `path` (its map
+    /// read from the same file).
+    pub fn open(path: &std::path::Path, opts: CallOptions) -> StoreResult<Self> {
+        let source = FileMapSource::open(path).map_err(|e| StoreError::Layout(e.to_string()))?;
+        let file = source.file();
+        RemoteStore::new(&file, Arc::new(source), opts)
+    }
+
+    /// The map in use.
+    pub fn map(&self) -> Arc<PartitionMap> {
+        self.inner.map.current()
+    }
+
+    /// Each node that owns partitions, with them (LIST groups, totals).
+    pub fn owners(&self) -> Vec<(NodeId, Vec<PartitionId>)> {
+        let map = self.map();
+        let mut out: Vec<(NodeId, Vec<PartitionId>)> = Vec::new();
+        for p in map.partitions() {
+            let Some(owner) = map.owner(p) else { continue };
+            match out.iter_mut().find(|(n, _)| n == owner) {
+                Some((_, ps)) => ps.push(p),
+                None => out.push((owner.clone(), vec![p])),
+            }
+        }
+        out
+    }
+
+    /// Ask node `node` to answer `call` (liveness probes, per-node steps).
+    pub async fn call_node<T: DeserializeOwned>(
+        &self,
+        node: &NodeId,
+        call: Call,
+    ) -> StoreResult<T> {
+        Ok(self.send_to(node, call, None).await?.0)
+    }
+
+    /// Send `call` where its route says, once more after a map refresh
+    /// when the node says it holds a newer map.
+    async fn send<T: DeserializeOwned>(
+        &self,
+        call: Call,
+        data: Option<BodyStream>,
+    ) -> StoreResult<(T, BodyStream)> {
+        let map = self.map();
+        let node = route_node(&map, &call)?;
+        let replayable = data.is_none();
+        let name = call.name();
+        let (args, target) = (self.envelope(call, &map)?, node);
+        match self.exchange(&target, name, args.clone(), data).await {
+            Err(Sent::WrongNode(seen)) if replayable => {
+                let map = self
+                    .inner
+                    .map
+                    .refresh(seen)
+                    .map_err(|e| StoreError::Unavailable(format!("partition map: {e}")))?;
+                let call: Envelope = decode(&args)?;
+                let node = route_node(&map, &call.call)?;
+                self.exchange(&node, name, args, None)
+                    .await
+                    .map_err(Sent::into_store)
+            }
+            r => r.map_err(Sent::into_store),
+        }
+    }
+
+    /// Send `call` to `node`.
+    async fn send_to<T: DeserializeOwned>(
+        &self,
+        node: &NodeId,
+        call: Call,
+        data: Option<BodyStream>,
+    ) -> StoreResult<(T, BodyStream)> {
+        let map = self.map();
+        let name = call.name();
+        let args = self.envelope(call, &map)?;
+        self.exchange(node, name, args, data)
+            .await
+            .map_err(Sent::into_store)
+    }
+
+    fn envelope(&self, call: Call, map: &PartitionMap) -> StoreResult<Bytes> {
+        let env = Envelope {
+            call,
+            caller: Caller::current(),
+            map_version: map.version(),
+        };
+        Ok(Bytes::from(encode(&env)?))
+    }
+
+    /// One call to one node, its reply decoded.
+    async fn exchange<T: DeserializeOwned>(
+        &self,
+        node: &NodeId,
+        method: &str,
+        args: Bytes,
+        data: Option<BodyStream>,
+    ) -> Result<(T, BodyStream), Sent> {
+        let client = self.inner.nodes.get(node).ok_or_else(|| {
+            Sent::Store(StoreError::Unavailable(format!(
+                "store node {node} is not in the cluster file"
+            )))
+        })?;
+        match client.call(method, args, data, &self.inner.opts).await {
+            Ok((payload, rest)) => Ok((decode(&payload).map_err(Sent::Store)?, rest)),
+            Err(RpcError::Remote(w)) => match w.code {
+                WireCode::WrongNode { map_version } => Err(Sent::WrongNode(map_version)),
+                _ => Err(Sent::Store(w.into_store())),
+            },
+            Err(e @ (RpcError::Unavailable { .. } | RpcError::Timeout { .. })) => {
+                Err(Sent::Store(StoreError::Unavailable(e.to_string())))
+            }
+            Err(e @ RpcError::Protocol { .. }) => {
+                Err(Sent::Store(StoreError::Engine(e.to_string())))
+            }
+        }
+    }
+
+    /// Send `call` and keep only its reply.
+    async fn ask<T: DeserializeOwned>(&self, call: Call) -> StoreResult<T> {
+        Ok(self.send(call, None).await?.0)
+    }
+
+    /// `make()` sent to every node that owns partitions; their replies.
+    async fn each_node<T: DeserializeOwned>(&self, make: impl Fn() -> Call) -> StoreResult<Vec<T>> {
+        let calls = self
+            .owners()
+            .into_iter()
+            .map(|(node, _)| {
+                let call = make();
+                async move { self.call_node::<T>(&node, call).await }
+            })
+            .collect::<Vec<_>>();
+        futures::future::try_join_all(calls).await
+    }
+
+    /// The bucket, from the catalog (not the cache).
+    async fn fetch_bucket(&self, tenant: &TenantId, name: &str) -> StoreResult<BucketInfo> {
+        let b: BucketInfo = self
+            .ask(Call::Bucket {
+                tenant: tenant.clone(),
+                name: name.to_string(),
+            })
+            .await?;
+        self.inner
+            .buckets
+            .insert((tenant.clone(), name.to_string()), b.clone());
+        Ok(b)
+    }
+
+    /// DeleteBucket across nodes: seal the bucket on every node (each
+    /// checks, under its commit gate, that it holds none of its objects,
+    /// then refuses later writes into it), then remove its catalog record.
+    /// A node that is not empty (or does not answer) revives the bucket on
+    /// the nodes already sealed, and the delete fails with its error.
+    async fn delete_bucket_everywhere(&self, tenant: &TenantId, name: &str) -> StoreResult<()> {
+        let b = self.fetch_bucket(tenant, name).await?;
+        let mut sealed = Vec::new();
+        for (node, _) in self.owners() {
+            let outcome: StoreResult<()> = self
+                .call_node(&node, Call::SealBucket { bucket: b.id })
+                .await;
+            match outcome {
+                Ok(()) => sealed.push(node),
+                Err(e) => {
+                    self.revive(b.id, &sealed).await;
+                    return Err(e);
+                }
+            }
+        }
+        let dropped: StoreResult<()> = self
+            .ask(Call::DropBucket {
+                tenant: tenant.clone(),
+                name: name.to_string(),
+            })
+            .await;
+        self.inner
+            .buckets
+            .invalidate(&(tenant.clone(), name.to_string()));
+        if let Err(e) = dropped {
+            self.revive(b.id, &sealed).await;
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    async fn revive(&self, bucket: BucketId, nodes: &[NodeId]) {
+        for node in nodes {
+            let r: StoreResult<()> = self.call_node(node, Call::ReviveBucket { bucket }).await;
+            if let Err(e) = r {
+                tracing::warn!(%node, bucket = bucket.0, error = %e,
+                    "could not revive a bucket after a failed delete; writes into it fail until the node restarts");
+            }
+        }
+    }
+}
+
+/// The node `call` goes to under `map`.
+fn route_node(map: &PartitionMap, call: &Call) -> StoreResult<NodeId> {
+    let node = match call.route() {
+        Route::Catalog => map.catalog().first(),
+        Route::Object(bucket, key) => {
+            let p = crate::hash::partition_of(bucket, key.as_bytes(), map.partition_count());
+            map.owner(p)
+        }
+        Route::Named => None,
+    };
+    node.cloned()
+        .ok_or_else(|| StoreError::InvalidArgument(format!("no node to send {} to", call.name())))
+}
+
+/// How one exchange failed.
+enum Sent {
+    /// The node holds map version `.0` and not the partition.
+    WrongNode(u64),
+    /// Anything else.
+    Store(StoreError),
+}
+
+impl Sent {
+    fn into_store(self) -> StoreError {
+        match self {
+            Sent::WrongNode(v) => StoreError::Unavailable(format!(
+                "the partition moved (the node holds map version {v}); retry"
+            )),
+            Sent::Store(e) => e,
+        }
+    }
+}
+
+fn sum_usage(parts: Vec<Usage>) -> Usage {
+    parts.into_iter().fold(Usage::default(), |a, u| Usage {
+        objects: a.objects + u.objects,
+        bytes: a.bytes + u.bytes,
+    })
+}
+
+fn sum_pending(parts: Vec<Pending>) -> Pending {
+    parts.into_iter().fold(Pending::default(), |a, p| Pending {
+        uploads: a.uploads + p.uploads,
+        part_bytes: a.part_bytes + p.part_bytes,
+    })
+}
+
+/// Owned copies of an object call's common arguments.
+fn at(bucket: &BucketInfo, key: &str) -> (BucketInfo, String) {
+    (bucket.clone(), key.to_string())
+}
+
+impl StoreClient for RemoteStore {
+    fn create_bucket<'a>(
+        &'a self,
+        tenant: &'a TenantId,
+        name: &'a str,
+        region: &'a str,
+    ) -> Fut<'a, BucketInfo> {
+        Box::pin(self.ask(Call::CreateBucket {
+            tenant: tenant.clone(),
+            name: name.to_string(),
+            region: region.to_string(),
+        }))
+    }
+
+    fn bucket<'a>(&'a self, tenant: &'a TenantId, name: &'a str) -> Fut<'a, BucketInfo> {
+        Box::pin(async move {
+            if let Some(b) = self.inner.buckets.get(&(tenant.clone(), name.to_string())) {
+                return Ok(b);
+            }
+            self.fetch_bucket(tenant, name).await
+        })
+    }
+
+    fn list_buckets<'a>(&'a self, tenant: &'a TenantId) -> Fut<'a, Vec<BucketInfo>> {
+        Box::pin(self.ask(Call::ListBuckets {
+            tenant: tenant.clone(),
+        }))
+    }
+
+    fn delete_bucket<'a>(&'a self, tenant: &'a TenantId, name: &'a str) -> Fut<'a, ()> {
+        Box::pin(self.delete_bucket_everywhere(tenant, name))
+    }
+
+    fn set_bucket_tags<'a>(
+        &'a self,
+        tenant: &'a TenantId,
+        name: &'a str,
+        tags: Vec<Tag>,
+    ) -> Fut<'a, ()> {
+        Box::pin(async move {
+            let r = self
+                .ask(Call::SetBucketTags {
+                    tenant: tenant.clone(),
+                    name: name.to_string(),
+                    tags,
+                })
+                .await;
+            self.inner
+                .buckets
+                .invalidate(&(tenant.clone(), name.to_string()));
+            r
+        })
+    }
+
+    fn bucket_usage(&self, bucket: BucketId) -> Fut<'_, Usage> {
+        Box::pin(async move {
+            let parts = self.each_node(|| Call::BucketUsage { bucket }).await?;
+            Ok(sum_usage(parts))
+        })
+    }
+
+    fn bucket_pending(&self, bucket: BucketId) -> Fut<'_, Pending> {
+        Box::pin(async move {
+            let parts = self.each_node(|| Call::BucketPending { bucket }).await?;
+            Ok(sum_pending(parts))
+        })
+    }
+
+    fn put_object<'a>(
+        &'a self,
+        bucket: &'a BucketInfo,
+        key: &'a str,
+        meta: ObjectMeta,
+        opts: PutOptions,
+        body: BodyStream,
+        cond: WriteCond,
+    ) -> Fut<'a, ObjectInfo> {
+        let (bucket, key) = at(bucket, key);
+        let call = Call::PutObject {
+            bucket,
+            key,
+            meta,
+            opts,
+            cond,
+        };
+        Box::pin(async move { Ok(self.send(call, Some(body)).await?.0) })
+    }
+
+    fn head_object<'a>(&'a self, bucket: &'a BucketInfo, key: &'a str) -> Fut<'a, ObjectInfo> {
+        let (bucket, key) = at(bucket, key);
+        Box::pin(self.ask(Call::HeadObject { bucket, key }))
+    }
+
+    fn get_object<'a>(
+        &'a self,
+        bucket: &'a BucketInfo,
+        key: &'a str,
+        range: Option<GetRange>,
+    ) -> Fut<'a, (ObjectInfo, BodyStream)> {
+        let (bucket, key) = at(bucket, key);
+        Box::pin(self.send(Call::GetObject { bucket, key, range }, None))
+    }
+
+    fn delete_object<'a>(&'a self, bucket: &'a BucketInfo, key: &'a str) -> Fut<'a, bool> {
+        let (bucket, key) = at(bucket, key);
+        Box::pin(self.ask(Call::DeleteObject { bucket, key }))
+    }
+
+    fn put_object_tags<'a>(
+        &'a self,
+        bucket: &'a BucketInfo,
+        key: &'a str,
+        tags: Vec<Tag>,
+    ) -> Fut<'a, ()> {
+        let (bucket, key) = at(bucket, key);
+        Box::pin(self.ask(Call::PutObjectTags { bucket, key, tags }))
+    }
+
+    fn replace_object_meta<'a>(
+        &'a self,
+        bucket: &'a BucketInfo,
+        key: &'a str,
+        meta: ObjectMeta,
+        tags: Option<Vec<Tag>>,
+    ) -> Fut<'a, ObjectInfo> {
+        let (bucket, key) = at(bucket, key);
+        Box::pin(self.ask(Call::ReplaceObjectMeta {
+            bucket,
+            key,
+            meta,
+            tags,
+        }))
+    }
+
+    fn list_objects<'a>(&'a self, bucket: &'a BucketInfo, query: ListQuery) -> Fut<'a, ListPage> {
+        Box::pin(async move {
+            let runs = list::NodeRuns::new(self);
+            crate::list::merge(&runs, bucket.id, &query).await
+        })
+    }
+
+    fn object_part_range<'a>(
+        &'a self,
+        bucket: &'a BucketInfo,
+        key: &'a str,
+        number: u32,
+    ) -> Fut<'a, (GetRange, u32)> {
+        let (bucket, key) = at(bucket, key);
+        Box::pin(self.ask(Call::ObjectPartRange {
+            bucket,
+            key,
+            number,
+        }))
+    }
+
+    fn object_with_parts<'a>(
+        &'a self,
+        bucket: &'a BucketInfo,
+        key: &'a str,
+    ) -> Fut<'a, (ObjectInfo, Vec<ObjectPart>)> {
+        let (bucket, key) = at(bucket, key);
+        Box::pin(self.ask(Call::ObjectWithParts { bucket, key }))
+    }
+
+    fn create_multipart_upload<'a>(
+        &'a self,
+        bucket: &'a BucketInfo,
+        key: &'a str,
+        meta: ObjectMeta,
+        tags: Vec<Tag>,
+        checksum: Option<UploadChecksum>,
+    ) -> Fut<'a, String> {
+        let (bucket, key) = at(bucket, key);
+        Box::pin(self.ask(Call::CreateMultipartUpload {
+            bucket,
+            key,
+            meta,
+            tags,
+            checksum,
+        }))
+    }
+
+    fn upload_part<'a>(
+        &'a self,
+        bucket: &'a BucketInfo,
+        key: &'a str,
+        upload_id: &'a str,
+        number: u32,
+        opts: PutOptions,
+        body: BodyStream,
+    ) -> Fut<'a, PartInfo> {
+        let (bucket, key) = at(bucket, key);
+        let call = Call::UploadPart {
+            bucket,
+            key,
+            upload_id: upload_id.to_string(),
+            number,
+            opts,
+        };
+        Box::pin(async move { Ok(self.send(call, Some(body)).await?.0) })
+    }
+
+    fn complete_multipart_upload<'a>(
+        &'a self,
+        bucket: &'a BucketInfo,
+        key: &'a str,
+        upload_id: &'a str,
+        parts: Vec<ListedPart>,
+        cond: WriteCond,
+        whole: Option<Checksum>,
+    ) -> Fut<'a, ObjectInfo> {
+        let (bucket, key) = at(bucket, key);
+        Box::pin(self.ask(Call::CompleteMultipartUpload {
+            bucket,
+            key,
+            upload_id: upload_id.to_string(),
+            parts,
+            cond,
+            whole,
+        }))
+    }
+
+    fn repeated_completion<'a>(
+        &'a self,
+        bucket: &'a BucketInfo,
+        key: &'a str,
+        upload_id: &'a str,
+        parts: &'a [ListedPart],
+    ) -> Fut<'a, ObjectInfo> {
+        let (bucket, key) = at(bucket, key);
+        Box::pin(self.ask(Call::RepeatedCompletion {
+            bucket,
+            key,
+            upload_id: upload_id.to_string(),
+            parts: parts.to_vec(),
+        }))
+    }
+
+    fn part_size<'a>(
+        &'a self,
+        bucket: &'a BucketInfo,
+        key: &'a str,
+        upload_id: &'a str,
+        number: u32,
+    ) -> Fut<'a, Option<u64>> {
+        let (bucket, key) = at(bucket, key);
+        Box::pin(self.ask(Call::PartSize {
+            bucket,
+            key,
+            upload_id: upload_id.to_string(),
+            number,
+        }))
+    }
+
+    fn abort_multipart_upload<'a>(
+        &'a self,
+        bucket: &'a BucketInfo,
+        key: &'a str,
+        upload_id: &'a str,
+    ) -> Fut<'a, ()> {
+        let (bucket, key) = at(bucket, key);
+        Box::pin(self.ask(Call::AbortMultipartUpload {
+            bucket,
+            key,
+            upload_id: upload_id.to_string(),
+        }))
+    }
+
+    fn upload_checksum<'a>(
+        &'a self,
+        bucket: &'a BucketInfo,
+        key: &'a str,
+        upload_id: &'a str,
+    ) -> Fut<'a, Option<UploadChecksum>> {
+        let (bucket, key) = at(bucket, key);
+        Box::pin(self.ask(Call::UploadChecksum {
+            bucket,
+            key,
+            upload_id: upload_id.to_string(),
+        }))
+    }
+
+    fn list_parts<'a>(
+        &'a self,
+        bucket: &'a BucketInfo,
+        key: &'a str,
+        upload_id: &'a str,
+        marker: u32,
+        max: usize,
+    ) -> Fut<'a, (Vec<PartInfo>, bool)> {
+        let (bucket, key) = at(bucket, key);
+        Box::pin(self.ask(Call::ListParts {
+            bucket,
+            key,
+            upload_id: upload_id.to_string(),
+            marker,
+            max,
+        }))
+    }
+
+    fn list_multipart_uploads<'a>(
+        &'a self,
+        bucket: &'a BucketInfo,
+        q: &'a UploadQuery,
+    ) -> Fut<'a, UploadPage> {
+        Box::pin(async move {
+            let pages = self
+                .each_node(|| Call::ListMultipartUploads {
+                    bucket: bucket.clone(),
+                    query: q.clone(),
+                })
+                .await?;
+            Ok(list::merge_upload_pages(pages, q.max_uploads))
+        })
+    }
+
+    fn catalog_doc<'a>(&'a self, name: &'a str) -> Fut<'a, Option<(u64, Vec<u8>)>> {
+        Box::pin(self.ask(Call::CatalogDoc {
+            name: name.to_string(),
+        }))
+    }
+
+    fn put_catalog_doc<'a>(&'a self, name: &'a str, expected: u64, body: Vec<u8>) -> Fut<'a, u64> {
+        Box::pin(self.ask(Call::PutCatalogDoc {
+            name: name.to_string(),
+            expected,
+            body,
+        }))
+    }
+
+    fn reserve_quota<'a>(
+        &'a self,
+        tenant: &'a TenantId,
+        limits: QuotaLimits,
+        ask: QuotaAsk,
+    ) -> Fut<'a, Option<QuotaHold>> {
+        Box::pin(async move {
+            if !ask.needs_reservation(&limits) {
+                return Ok(None);
+            }
+            let id: Option<u64> = self
+                .ask(Call::QuotaReserve {
+                    tenant: tenant.clone(),
+                    limits,
+                    ask,
+                })
+                .await?;
+            Ok(id.map(|id| self.remote_hold(id)))
+        })
+    }
+}
+
+impl RemoteStore {
+    /// A hold whose drop gives reservation `id` back to the catalog node
+    /// (in the background; a release that never arrives lapses there).
+    fn remote_hold(&self, id: u64) -> QuotaHold {
+        let me = self.clone();
+        let handle = tokio::runtime::Handle::try_current().ok();
+        QuotaHold::new(move || {
+            let Some(handle) = handle else { return };
+            handle.spawn(async move {
+                let r: StoreResult<()> = me.ask(Call::QuotaRelease { id }).await;
+                if let Err(e) = r {
+                    tracing::warn!(hold = id, error = %e, "quota release failed; it lapses at the catalog node");
+                }
+            });
+        })
+    }
+}

@@ -1,0 +1,499 @@
+//! The store-client suite: every operation of the `StoreClient` trait,
+//! run against the in-process store (`LocalStore`) and against a cluster
+//! of three store nodes reached over the RPC (`RemoteStore`), with the
+//! same expectations. The cluster run also checks what only a cluster
+//! has: a node that is down fails the calls routed to it (and a LIST) with
+//! Unavailable, and only those.
+
+#![allow(clippy::cast_possible_truncation)] // test data patterns
+
+mod common;
+
+use common::{body, tenant};
+use futures::StreamExt;
+use laneway_store::client::StoreClient;
+use laneway_store::cluster::{FileMapSource, InitSpec, MapSource, NodeId, init_cluster};
+use laneway_store::multipart::ListedPart;
+use laneway_store::node::NodeService;
+use laneway_store::node::lanes::NodeLanes;
+use laneway_store::quota::{QuotaAsk, QuotaLimits};
+use laneway_store::remote::RemoteStore;
+use laneway_store::rpc::{CallOptions, RpcServer, ServerOptions, Signer};
+use laneway_store::{
+    BodyStream, BucketInfo, GetRange, ListEntry, ListQuery, LocalStore, PutOptions, Resume, Store,
+    StoreConfig, StoreError, Tag, UploadQuery, WriteCond,
+};
+use std::sync::Arc;
+use std::time::Duration;
+
+const MIN_PART: u64 = 1024;
+const PARTITIONS: u32 = 8;
+
+fn config(hosted: Option<Vec<laneway_store::PartitionId>>) -> StoreConfig {
+    StoreConfig {
+        partitions: Some(PARTITIONS),
+        min_part_size: MIN_PART,
+        inline_max: 1024,
+        hosted,
+        ..StoreConfig::default()
+    }
+}
+
+fn data(n: usize, seed: u8) -> Vec<u8> {
+    (0..n).map(|i| (i as u8).wrapping_mul(31) ^ seed).collect()
+}
+
+fn opts(len: usize) -> PutOptions {
+    PutOptions {
+        content_length: Some(len as u64),
+        ..PutOptions::default()
+    }
+}
+
+async fn read_all(mut s: BodyStream) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(c) = s.next().await {
+        out.extend_from_slice(&c.expect("body chunk"));
+    }
+    out
+}
+
+async fn put(c: &dyn StoreClient, b: &BucketInfo, key: &str, d: &[u8]) {
+    c.put_object(
+        b,
+        key,
+        Default::default(),
+        opts(d.len()),
+        body(d),
+        WriteCond::None,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("put {key}: {e}"));
+}
+
+async fn list_keys(c: &dyn StoreClient, b: &BucketInfo, page: usize) -> Vec<String> {
+    let mut keys = Vec::new();
+    let mut resume = Resume::Start;
+    loop {
+        let q = ListQuery {
+            prefix: String::new(),
+            delimiter: None,
+            resume: resume.clone(),
+            max_keys: page,
+        };
+        let p = c.list_objects(b, q).await.expect("list");
+        for e in &p.entries {
+            if let ListEntry::Object(o) = e {
+                keys.push(o.key.clone());
+            }
+        }
+        match (p.truncated, p.next) {
+            (true, Some(next)) => resume = next,
+            _ => return keys,
+        }
+    }
+}
+
+fn md5_of(etag: &str) -> [u8; 16] {
+    let mut md5 = [0u8; 16];
+    hex::decode_to_slice(etag, &mut md5).expect("etag hex");
+    md5
+}
+
+/// Buckets, objects, listing, tags and metadata, quotas and documents.
+async fn objects_and_buckets(c: &dyn StoreClient) {
+    let t = tenant();
+    let b = c
+        .create_bucket(&t, "suite", "us-east-1")
+        .await
+        .expect("create");
+    assert!(matches!(
+        c.create_bucket(&t, "suite", "us-east-1").await,
+        Err(StoreError::BucketAlreadyOwnedByYou)
+    ));
+    assert_eq!(c.bucket(&t, "suite").await.expect("bucket"), b);
+    assert!(matches!(
+        c.bucket(&t, "nope").await,
+        Err(StoreError::NoSuchBucket)
+    ));
+    assert_eq!(c.list_buckets(&t).await.expect("buckets"), vec![b.clone()]);
+
+    let mut want: Vec<String> = (0..60).map(|i| format!("k/{i:03}")).collect();
+    for (i, k) in want.iter().enumerate() {
+        put(c, &b, k, &data(10 + i * 97, i as u8)).await;
+    }
+    want.sort();
+    assert_eq!(
+        list_keys(c, &b, 7).await,
+        want,
+        "paged listing over every partition"
+    );
+    let roll = ListQuery {
+        prefix: String::new(),
+        delimiter: Some("/".into()),
+        resume: Resume::Start,
+        max_keys: 10,
+    };
+    let page = c.list_objects(&b, roll).await.expect("delimited");
+    assert_eq!(page.entries, vec![ListEntry::Prefix("k/".into())]);
+
+    let big = data(5000, 9);
+    put(c, &b, "big", &big).await;
+    let (info, s) = c.get_object(&b, "big", None).await.expect("get");
+    assert_eq!(info.size, 5000);
+    assert_eq!(read_all(s).await, big);
+    let r = GetRange {
+        start: 100,
+        end: 200,
+    };
+    let (_, s) = c.get_object(&b, "big", Some(r)).await.expect("range");
+    assert_eq!(read_all(s).await, big[100..200].to_vec());
+    assert_eq!(c.head_object(&b, "big").await.expect("head").size, 5000);
+    assert!(matches!(
+        c.head_object(&b, "none").await,
+        Err(StoreError::NoSuchKey)
+    ));
+
+    let absent = c
+        .put_object(
+            &b,
+            "big",
+            Default::default(),
+            opts(1),
+            body(b"x"),
+            WriteCond::IfAbsent,
+        )
+        .await;
+    assert!(matches!(absent, Err(StoreError::PreconditionFailed)));
+
+    let tags = vec![Tag {
+        key: "split".into(),
+        value: "train".into(),
+    }];
+    c.put_object_tags(&b, "k/001", tags.clone())
+        .await
+        .expect("tags");
+    assert_eq!(c.head_object(&b, "k/001").await.expect("head").tags, tags);
+    let mut meta = laneway_store::ObjectMeta::default();
+    meta.content_type = Some("text/plain".into());
+    let replaced = c
+        .replace_object_meta(&b, "k/002", meta, None)
+        .await
+        .expect("replace");
+    assert_eq!(replaced.meta.content_type.as_deref(), Some("text/plain"));
+
+    let usage = c.bucket_usage(b.id).await.expect("usage");
+    assert_eq!(usage.objects, 61);
+    let bytes: i64 = (0..60).map(|i| 10 + i * 97).sum::<i64>() + 5000;
+    assert_eq!(usage.bytes, bytes);
+
+    assert!(c.delete_object(&b, "k/000").await.expect("delete"));
+    assert!(!c.delete_object(&b, "k/000").await.expect("delete again"));
+
+    let limits = QuotaLimits {
+        quota_bytes: Some(bytes as u64 + 100),
+        ..QuotaLimits::default()
+    };
+    let ask = |n| QuotaAsk::Write {
+        bucket: b.clone(),
+        key: None,
+        bytes: n,
+        objects: 1,
+    };
+    let held = c.reserve_quota(&t, limits, ask(50)).await.expect("fits");
+    assert!(held.is_some());
+    let over = c.reserve_quota(&t, limits, ask(100)).await;
+    assert!(
+        matches!(over, Err(StoreError::QuotaExceeded(_))),
+        "the hold counts"
+    );
+    drop(held);
+    let free = QuotaLimits::default();
+    assert!(
+        c.reserve_quota(&t, free, ask(1 << 40))
+            .await
+            .expect("no quota")
+            .is_none()
+    );
+
+    assert_eq!(c.catalog_doc("suite/doc").await.expect("doc"), None);
+    let v = c
+        .put_catalog_doc("suite/doc", 0, b"one".to_vec())
+        .await
+        .expect("put doc");
+    assert!(matches!(
+        c.put_catalog_doc("suite/doc", 0, b"two".to_vec()).await,
+        Err(StoreError::PreconditionFailed)
+    ));
+    assert_eq!(
+        c.catalog_doc("suite/doc").await.expect("doc"),
+        Some((v, b"one".to_vec()))
+    );
+
+    assert!(matches!(
+        c.delete_bucket(&t, "suite").await,
+        Err(StoreError::BucketNotEmpty)
+    ));
+    put(c, &b, "after-refused-delete", b"still writable").await;
+}
+
+/// Multipart uploads from creation to completion, listing and abort.
+async fn uploads(c: &dyn StoreClient) {
+    let t = tenant();
+    let b = c
+        .create_bucket(&t, "mp", "us-east-1")
+        .await
+        .expect("create");
+    let id = c
+        .create_multipart_upload(&b, "obj", Default::default(), Vec::new(), None)
+        .await
+        .expect("create upload");
+    let other = c
+        .create_multipart_upload(&b, "gone", Default::default(), Vec::new(), None)
+        .await
+        .expect("create other");
+    let parts = [data(2000, 1), data(700, 2)];
+    let mut listed = Vec::new();
+    for (i, d) in parts.iter().enumerate() {
+        let n = i as u32 + 1;
+        let p = c
+            .upload_part(&b, "obj", &id, n, opts(d.len()), body(d))
+            .await
+            .expect("part");
+        listed.push(ListedPart {
+            number: n,
+            md5: md5_of(&p.etag),
+            checksum: None,
+        });
+    }
+    assert_eq!(
+        c.part_size(&b, "obj", &id, 1).await.expect("size"),
+        Some(2000)
+    );
+    assert_eq!(c.part_size(&b, "obj", &id, 9).await.expect("size"), None);
+    let (ps, more) = c.list_parts(&b, "obj", &id, 0, 1).await.expect("parts");
+    assert_eq!((ps.len(), more), (1, true));
+    assert_eq!(
+        c.upload_checksum(&b, "obj", &id).await.expect("checksum"),
+        None
+    );
+    let q = UploadQuery {
+        max_uploads: 10,
+        ..UploadQuery::default()
+    };
+    let page = c.list_multipart_uploads(&b, &q).await.expect("uploads");
+    assert_eq!(
+        page.entries.len(),
+        2,
+        "both uploads, whichever node holds them"
+    );
+    assert_eq!(c.bucket_pending(b.id).await.expect("pending").uploads, 2);
+
+    let done = c
+        .complete_multipart_upload(&b, "obj", &id, listed.clone(), WriteCond::None, None)
+        .await
+        .expect("complete");
+    assert_eq!(done.size, 2700);
+    let again = c
+        .repeated_completion(&b, "obj", &id, &listed)
+        .await
+        .expect("repeat");
+    assert_eq!(again.etag, done.etag);
+    let (_, s) = c.get_object(&b, "obj", None).await.expect("get");
+    assert_eq!(
+        read_all(s).await,
+        [parts[0].clone(), parts[1].clone()].concat()
+    );
+    let (range, count) = c.object_part_range(&b, "obj", 2).await.expect("part range");
+    assert_eq!(
+        (range, count),
+        (
+            GetRange {
+                start: 2000,
+                end: 2700
+            },
+            2
+        )
+    );
+    let (_, listed_parts) = c.object_with_parts(&b, "obj").await.expect("with parts");
+    assert_eq!(listed_parts.len(), 2);
+
+    c.abort_multipart_upload(&b, "gone", &other)
+        .await
+        .expect("abort");
+    assert!(matches!(
+        c.upload_part(&b, "gone", &other, 1, opts(1), body(b"x"))
+            .await,
+        Err(StoreError::NoSuchUpload)
+    ));
+    assert_eq!(c.bucket_pending(b.id).await.expect("pending").uploads, 0);
+
+    assert!(c.delete_object(&b, "obj").await.expect("delete"));
+    c.delete_bucket(&t, "mp")
+        .await
+        .expect("delete empty bucket");
+    assert!(matches!(
+        c.bucket(&t, "mp").await,
+        Err(StoreError::NoSuchBucket)
+    ));
+    let late = c
+        .put_object(
+            &b,
+            "late",
+            Default::default(),
+            opts(1),
+            body(b"x"),
+            WriteCond::None,
+        )
+        .await;
+    assert!(matches!(late, Err(StoreError::NoSuchBucket)), "{late:?}");
+}
+
+async fn run_suite(c: &dyn StoreClient) {
+    objects_and_buckets(c).await;
+    uploads(c).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_store_passes_the_suite() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(dir.path(), config(None)).expect("open");
+    run_suite(&LocalStore::new(store)).await;
+}
+
+/// Three store nodes on loopback, each with its data dir and RPC server.
+struct Cluster {
+    _dir: tempfile::TempDir,
+    servers: Vec<Option<RpcServer>>,
+    stores: Vec<Arc<Store>>,
+    client: RemoteStore,
+}
+
+async fn cluster() -> Cluster {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut listeners = Vec::new();
+    for _ in 0..3 {
+        listeners.push(
+            tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("bind"),
+        );
+    }
+    let nodes = listeners
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            (
+                format!("store-{}", i + 1),
+                l.local_addr().expect("addr").to_string(),
+            )
+        })
+        .collect();
+    let path = dir.path().join("cluster.toml");
+    let spec = InitSpec {
+        path: path.clone(),
+        nodes,
+        partitions: PARTITIONS,
+        replicas: 1,
+    };
+    let file = init_cluster(&spec).expect("init");
+    let map: Arc<dyn MapSource> = Arc::new(FileMapSource::open(&path).expect("map"));
+    let opts = CallOptions {
+        deadline: Duration::from_secs(2),
+        ..CallOptions::default()
+    };
+    let client = RemoteStore::new(&file, Arc::clone(&map), opts).expect("client");
+    let secret = file.read_secret().expect("secret");
+    let (mut servers, mut stores) = (Vec::new(), Vec::new());
+    for (i, listener) in listeners.into_iter().enumerate() {
+        let node = NodeId::parse(&format!("store-{}", i + 1)).expect("id");
+        let hosted = map.current().hosted_by(&node);
+        let store =
+            Store::open(&dir.path().join(node.as_str()), config(Some(hosted))).expect("open");
+        let lanes = NodeLanes::new(laneway_qos::LanesConfig::default());
+        let peers = Arc::new(client.clone());
+        let service = NodeService::new(Arc::clone(&store), node, Arc::clone(&map), lanes, peers);
+        let server = RpcServer::start(
+            listener,
+            Arc::new(service),
+            Signer::new(&secret),
+            ServerOptions::default(),
+        )
+        .expect("serve");
+        servers.push(Some(server));
+        stores.push(store);
+    }
+    Cluster {
+        _dir: dir,
+        servers,
+        stores,
+        client,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remote_store_over_three_nodes_passes_the_suite() {
+    let c = cluster().await;
+    run_suite(&c.client).await;
+    for s in &c.stores {
+        s.shutdown();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_is_down_fails_only_its_partitions_and_every_listing() {
+    let mut c = cluster().await;
+    let t = tenant();
+    let b = c
+        .client
+        .create_bucket(&t, "faults", "us-east-1")
+        .await
+        .expect("create");
+    let keys: Vec<String> = (0..40).map(|i| format!("key-{i}")).collect();
+    for k in &keys {
+        put(&c.client, &b, k, k.as_bytes()).await;
+    }
+    // Stop the third node (not the catalog's, which is the first).
+    let down = NodeId::parse("store-3").expect("id");
+    if let Some(server) = c.servers[2].take() {
+        server.stop().await;
+    }
+    let map = c.client.map();
+    let (mut failed, mut served) = (0, 0);
+    for k in &keys {
+        let p = laneway_store::hash::partition_of(b.id, k.as_bytes(), PARTITIONS);
+        let on_down = map.owner(p) == Some(&down);
+        match c.client.head_object(&b, k).await {
+            Ok(_) => {
+                assert!(!on_down, "{k} answered from a stopped node");
+                served += 1;
+            }
+            Err(StoreError::Unavailable(_)) => {
+                assert!(on_down, "{k} failed though its node is up");
+                failed += 1;
+            }
+            Err(e) => panic!("{k}: {e}"),
+        }
+    }
+    assert!(
+        failed > 0 && served > 0,
+        "keys on both sides ({failed} failed, {served} served)"
+    );
+    let q = ListQuery {
+        prefix: String::new(),
+        delimiter: None,
+        resume: Resume::Start,
+        max_keys: 1000,
+    };
+    assert!(matches!(
+        c.client.list_objects(&b, q).await,
+        Err(StoreError::Unavailable(_))
+    ));
+    assert!(matches!(
+        c.client.bucket_usage(b.id).await,
+        Err(StoreError::Unavailable(_))
+    ));
+    for s in &c.stores {
+        s.shutdown();
+    }
+}

@@ -1,0 +1,229 @@
+//! Quota reservations through `StoreClient::reserve_quota` on a
+//! `LocalStore`: what is stored and what is in flight both count, an
+//! overwrite or a replaced part is credited, open uploads are capped, the
+//! refusals name the quota, and tenants never share a tally.
+
+mod common;
+
+use common::{body, put, tenant};
+use futures::future::join_all;
+use laneway_store::{
+    BucketInfo, Engine, LocalStore, PutOptions, QuotaAsk, QuotaHold, QuotaLimits, StoreClient,
+    StoreError, StoreResult, TenantId,
+};
+
+/// A local store with one bucket of the default tenant.
+fn setup(dir: &std::path::Path) -> (LocalStore, BucketInfo) {
+    let store = LocalStore::new(common::open(dir, Engine::Fjall, 4, 64));
+    let bucket = store
+        .store()
+        .create_bucket(&tenant(), "quota", "us-east-1")
+        .expect("bucket");
+    (store, bucket)
+}
+
+fn bytes_quota(max: u64) -> QuotaLimits {
+    QuotaLimits {
+        quota_bytes: Some(max),
+        ..QuotaLimits::default()
+    }
+}
+
+fn put_ask(b: &BucketInfo, key: &str, bytes: u64) -> QuotaAsk {
+    QuotaAsk::Write {
+        bucket: b.clone(),
+        key: Some(key.into()),
+        bytes,
+        objects: 1,
+    }
+}
+
+fn part_ask(b: &BucketInfo, upload_id: &str, number: u32, bytes: u64) -> QuotaAsk {
+    QuotaAsk::Part {
+        bucket: b.clone(),
+        key: "big".into(),
+        upload_id: upload_id.into(),
+        number,
+        bytes,
+    }
+}
+
+async fn ask(s: &LocalStore, limits: QuotaLimits, a: QuotaAsk) -> StoreResult<Option<QuotaHold>> {
+    s.reserve_quota(&tenant(), limits, a).await
+}
+
+/// The message of a refusal (panics on anything else).
+fn refused(r: StoreResult<Option<QuotaHold>>) -> String {
+    match r {
+        Err(StoreError::QuotaExceeded(why)) => why,
+        other => panic!("expected QuotaExceeded, got {other:?}"),
+    }
+}
+
+async fn upload_with_part(s: &LocalStore, b: &BucketInfo, number: u32, size: usize) -> String {
+    let meta = Default::default();
+    let id = s
+        .create_multipart_upload(b, "big", meta, Vec::new(), None)
+        .await
+        .expect("create upload");
+    let opts = PutOptions {
+        content_length: Some(size as u64),
+        ..PutOptions::default()
+    };
+    s.upload_part(b, "big", &id, number, opts, body(&vec![7; size]))
+        .await
+        .expect("part");
+    id
+}
+
+#[tokio::test]
+async fn a_tenant_without_quotas_is_not_checked_but_its_uploads_are() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (s, b) = setup(dir.path());
+    let none = QuotaLimits::default();
+    let write = ask(&s, none, put_ask(&b, "k", u64::MAX)).await;
+    assert!(write.expect("write").is_none());
+    let part = ask(&s, none, part_ask(&b, "no-such-upload", 1, u64::MAX)).await;
+    assert!(part.expect("part").is_none());
+    assert!(
+        ask(&s, none, QuotaAsk::Upload)
+            .await
+            .expect("upload")
+            .is_some()
+    );
+}
+
+#[tokio::test]
+async fn bytes_in_flight_count_until_their_hold_is_dropped() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (s, b) = setup(dir.path());
+    let first = ask(&s, bytes_quota(100), put_ask(&b, "a", 60)).await;
+    let first = first.expect("first").expect("held");
+    let why = refused(ask(&s, bytes_quota(100), put_ask(&b, "b", 60)).await);
+    assert_eq!(
+        why,
+        "This upload would exceed the tenant's byte quota (quota_bytes = 100; 0 bytes stored)."
+    );
+    drop(first);
+    let again = ask(&s, bytes_quota(100), put_ask(&b, "b", 60)).await;
+    assert!(again.expect("after release").is_some());
+}
+
+#[tokio::test]
+async fn concurrent_asks_for_the_last_bytes_admit_one() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (s, b) = setup(dir.path());
+    let asks = (0..8).map(|i| ask(&s, bytes_quota(100), put_ask(&b, &format!("k{i}"), 60)));
+    let answers = join_all(asks).await;
+    let held = answers.iter().filter(|r| matches!(r, Ok(Some(_)))).count();
+    let refusals = answers
+        .iter()
+        .filter(|r| matches!(r, Err(StoreError::QuotaExceeded(_))))
+        .count();
+    assert_eq!((held, refusals), (1, 7));
+}
+
+#[tokio::test]
+async fn an_overwrite_is_credited_with_the_object_it_replaces() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (s, b) = setup(dir.path());
+    put(s.store(), &b, "full", &[1; 100]).await;
+    let limits = QuotaLimits {
+        quota_bytes: Some(100),
+        quota_objects: Some(1),
+        ..QuotaLimits::default()
+    };
+    let same = ask(&s, limits, put_ask(&b, "full", 100)).await;
+    drop(same.expect("overwrite").expect("held"));
+    let bytes = refused(ask(&s, limits, put_ask(&b, "other", 1)).await);
+    assert_eq!(
+        bytes,
+        "This upload would exceed the tenant's byte quota (quota_bytes = 100; 100 bytes stored)."
+    );
+    // A completion adds an object and no bytes: checked against the
+    // object quota only.
+    let complete = QuotaAsk::Write {
+        bucket: b.clone(),
+        key: Some("other".into()),
+        bytes: 0,
+        objects: 1,
+    };
+    let objects = refused(ask(&s, limits, complete.clone()).await);
+    assert_eq!(
+        objects,
+        "This upload would exceed the tenant's object quota (quota_objects = 1; 1 objects stored)."
+    );
+    let roomier = QuotaLimits {
+        quota_objects: Some(2),
+        ..limits
+    };
+    assert!(
+        ask(&s, roomier, complete)
+            .await
+            .expect("complete")
+            .is_some()
+    );
+}
+
+#[tokio::test]
+async fn a_part_counts_once_stored_and_is_credited_with_the_part_it_replaces() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (s, b) = setup(dir.path());
+    let id = upload_with_part(&s, &b, 1, 80).await;
+    let again = ask(&s, bytes_quota(100), part_ask(&b, &id, 1, 90)).await;
+    drop(again.expect("replace part 1").expect("held"));
+    let why = refused(ask(&s, bytes_quota(100), part_ask(&b, &id, 2, 30)).await);
+    assert_eq!(
+        why,
+        "This upload would exceed the tenant's byte quota (quota_bytes = 100; 80 bytes stored)."
+    );
+    let totals = laneway_store::quota::tenant_totals(&s, &tenant())
+        .await
+        .expect("totals");
+    assert_eq!(
+        (totals.bytes, totals.part_bytes, totals.uploads),
+        (80, 80, 1)
+    );
+}
+
+#[tokio::test]
+async fn open_uploads_are_capped_counting_creations_in_flight() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (s, b) = setup(dir.path());
+    upload_with_part(&s, &b, 1, 10).await;
+    let cap = QuotaLimits {
+        max_open_uploads: 2,
+        ..QuotaLimits::default()
+    };
+    let creating = ask(&s, cap, QuotaAsk::Upload).await;
+    let creating = creating.expect("second upload").expect("held");
+    let why = refused(ask(&s, cap, QuotaAsk::Upload).await);
+    assert_eq!(
+        why,
+        "This tenant has 1 multipart uploads in progress, the most it may have \
+         (max_open_uploads = 2); complete or abort some first."
+    );
+    drop(creating);
+    assert!(
+        ask(&s, cap, QuotaAsk::Upload)
+            .await
+            .expect("freed")
+            .is_some()
+    );
+}
+
+#[tokio::test]
+async fn tenants_do_not_share_a_tally() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (s, b) = setup(dir.path());
+    let _held = ask(&s, bytes_quota(100), put_ask(&b, "a", 100)).await;
+    let other = TenantId("t2".into());
+    let theirs = s
+        .store()
+        .create_bucket(&other, "theirs", "us-east-1")
+        .expect("bucket");
+    let r = s
+        .reserve_quota(&other, bytes_quota(100), put_ask(&theirs, "a", 100))
+        .await;
+    assert!(r.expect("other tenant").is_some());
+}
