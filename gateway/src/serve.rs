@@ -297,14 +297,17 @@ fn print_banner(cfg: &ServeConfig, tenancy: &Tenancy, addr: SocketAddr) {
     let scheme = if cfg.tls.is_some() { "https" } else { "http" };
     let endpoint = format!("{scheme}://{}", paste_addr(addr));
     let admin = format!("http://{}", paste_addr(tenancy.admin_addr));
-    let registry = tenancy.keys.registry().location();
+    let registry = match cfg.cluster {
+        Some(_) => tenancy.keys.registry().location(),
+        None => format!("{} (mode 0600)", tenancy.keys.registry().location()),
+    };
     let mut text = String::new();
     match &tenancy.boot {
         Bootstrap::Created { tenant, key } => {
             let (access_key, secret) = (&key.info.access_key, &key.secret);
             text.push_str(&format!(
-                "laneway: new tenant {} ({}) with credentials saved (encrypted) to {} \
-                 (mode 0600). Paste into your shell:\n\n\
+                "laneway: new tenant {} ({}) with credentials saved (encrypted) to {}. \
+                 Paste into your shell:\n\n\
                  export AWS_ACCESS_KEY_ID={access_key}\n\
                  export AWS_SECRET_ACCESS_KEY={}\n\
                  export AWS_DEFAULT_REGION={}\n\

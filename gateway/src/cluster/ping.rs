@@ -1,5 +1,5 @@
 //! `laneway cluster ping --file F --node ID`: one signed RPC call
-//! (`ping`, empty arguments) to a store node of the cluster file, under
+//! (`ping`) to a store node of the cluster file, under
 //! the RPC deadline. Exit status 0 when the node answered it, 1 when it
 //! did not (down, cut off, refused the signature, or the file or secret
 //! cannot be read), 2 for an unknown node.
@@ -62,7 +62,16 @@ pub fn run(args: PingArgs) -> ExitCode {
         ..CallOptions::default()
     };
     let started = Instant::now();
-    match runtime.block_on(client.call(PING_METHOD, bytes::Bytes::new(), None, &opts)) {
+    let envelope = laneway_store::node::proto::Envelope {
+        call: laneway_store::node::proto::Call::Ping,
+        caller: None,
+        map_version: file.map.version(),
+    };
+    let args_frame = match laneway_store::node::proto::encode(&envelope) {
+        Ok(b) => bytes::Bytes::from(b),
+        Err(e) => return fail(&e.to_string(), ExitCode::FAILURE),
+    };
+    match runtime.block_on(client.call(PING_METHOD, args_frame, None, &opts)) {
         Ok(_) => {
             println!(
                 "{} at {} answered in {} ms",
