@@ -174,8 +174,10 @@ async fn objects_and_buckets(c: &dyn StoreClient) {
         .await
         .expect("tags");
     assert_eq!(c.head_object(&b, "k/001").await.expect("head").tags, tags);
-    let mut meta = laneway_store::ObjectMeta::default();
-    meta.content_type = Some("text/plain".into());
+    let meta = laneway_store::ObjectMeta {
+        content_type: Some("text/plain".into()),
+        ..Default::default()
+    };
     let replaced = c
         .replace_object_meta(&b, "k/002", meta, None)
         .await
