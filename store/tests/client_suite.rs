@@ -412,7 +412,7 @@ async fn cluster() -> Cluster {
         let hosted = map.current().hosted_by(&node);
         let store =
             Store::open(&dir.path().join(node.as_str()), config(Some(hosted))).expect("open");
-        let lanes = NodeLanes::new(laneway_qos::LanesConfig::default());
+        let lanes = NodeLanes::new(laneway_store::node::lanes::node_lanes_config());
         let peers = Arc::new(client.clone());
         let service = NodeService::new(Arc::clone(&store), node, Arc::clone(&map), lanes, peers);
         let server = RpcServer::start(

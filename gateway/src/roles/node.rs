@@ -105,7 +105,7 @@ pub async fn run(args: StoreArgs) -> Result<(), NodeError> {
         Arc::clone(&store),
         node.clone(),
         map,
-        NodeLanes::new(laneway_qos::LanesConfig::default()),
+        NodeLanes::new(laneway_store::node::lanes::node_lanes_config()),
         Arc::new(cluster),
     );
     let server = RpcServer::start(

@@ -18,6 +18,24 @@ use laneway_qos::{Caps, Lanes, LanesConfig, Overloaded, Permit, TenantKey, Weigh
 use parking_lot::Mutex;
 use std::collections::HashMap;
 
+/// Units in flight at the node while tenants share: as at a gateway
+/// (docs/qos.md), two small calls' worth, so that under contention calls
+/// wait in the lanes, where the weights apply, not in the store.
+pub const NODE_CAPACITY: u64 = 256 * 1024;
+
+/// Units one call's index work costs (a small request's, as at a gateway).
+pub const NODE_BASE_COST: u64 = 96 * 1024;
+
+/// The node's lanes settings: the qos defaults with [`NODE_CAPACITY`] and
+/// [`NODE_BASE_COST`].
+pub fn node_lanes_config() -> LanesConfig {
+    LanesConfig {
+        capacity_units: NODE_CAPACITY,
+        base_cost: NODE_BASE_COST,
+        ..LanesConfig::default()
+    }
+}
+
 /// Tenants whose weight the node remembers (more are forgotten, oldest
 /// first, and re-learnt from their next call).
 const MAX_TENANTS: usize = 100_000;
@@ -42,10 +60,12 @@ impl NodeLanes {
         &self.lanes
     }
 
-    /// Wait for the caller's turn for `cost` units (`None` without a caller).
-    pub async fn admit(&self, caller: Option<&Caller>, cost: u64) -> StoreResult<Option<Permit>> {
+    /// Wait for the caller's turn for `calls` base costs (`None` without
+    /// a caller).
+    pub async fn admit(&self, caller: Option<&Caller>, calls: u64) -> StoreResult<Option<Permit>> {
         let Some(c) = caller else { return Ok(None) };
         let key = self.key(c);
+        let cost = self.lanes.config().base_cost.saturating_mul(calls);
         match self.lanes.admit(&key, cost).await {
             Ok(p) => Ok(Some(p)),
             Err(o) => Err(busy(&o)),

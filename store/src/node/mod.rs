@@ -99,11 +99,17 @@ impl Inner {
         if env.call.route() == Route::Catalog && !self.hosts_catalog() {
             return Err(wrong_node(map_version, "the catalog is not on this node"));
         }
-        let _permit = self
+        let mut permit = self
             .lanes
-            .admit(env.caller.as_ref(), env.call.base_cost())
+            .admit(env.caller.as_ref(), env.call.base_costs())
             .await
             .map_err(|e| WireError::from_store(&e))?;
+        if env.call.has_data() {
+            // Its body's chunks wait for their own turns: a permit held
+            // across them could hold capacity they wait for.
+            permit = None;
+        }
+        let _permit = permit;
         let body = self.lanes.pace(env.caller.as_ref(), body);
         self.dispatch(env.call, body).await.map_err(|e| match e {
             StoreError::NotHosted(p) => {

@@ -407,20 +407,15 @@ impl Call {
         matches!(self, Call::PutObject { .. } | Call::UploadPart { .. })
     }
 
-    /// Cost of the call in lane units before its body (a small fixed
-    /// share: a call is mostly index work; bodies add their bytes).
-    pub fn base_cost(&self) -> u64 {
+    /// The call's index work in base costs of the node's lanes (one; a
+    /// LIST fetch one per partition run it reads). Bodies add their bytes.
+    pub fn base_costs(&self) -> u64 {
         match self {
-            Call::ListRuns { reqs, .. } => {
-                BASE_COST * u64::try_from(reqs.len()).unwrap_or(1).max(1)
-            }
-            _ => BASE_COST,
+            Call::ListRuns { reqs, .. } => u64::try_from(reqs.len()).unwrap_or(1).max(1),
+            _ => 1,
         }
     }
 }
-
-/// Lane units of one call's index work (about a 4 KiB body's worth).
-pub const BASE_COST: u64 = 4096;
 
 /// Bincode of a reply or an envelope.
 pub fn encode<T: Serialize>(v: &T) -> StoreResult<Vec<u8>> {
