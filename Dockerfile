@@ -17,6 +17,11 @@
 # with $LANEWAY_ADMIN_TOKEN):
 #   healthcheck: { test: ["CMD", "laneway", "admin", "tenant", "list"] }
 #
+# The same image runs a cluster: docker-compose.yml (top level) gives it the
+# commands `laneway cluster init`, `laneway store` (health check: `laneway
+# cluster ping --file F --node ID`, one signed RPC call) and `laneway
+# gateway`; `docker compose up --build` builds this file once for them all.
+#
 # The machines that build and test laneway have no registry, so this file is
 # not built there: scripts/docker-image.sh makes the same image (same paths,
 # user, ports, volume, entrypoint and command) from target/release/laneway

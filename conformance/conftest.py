@@ -367,6 +367,27 @@ def bucket(s3, bucket_name) -> str:
     return bucket_name
 
 
+def aws_cli_env(cfg_dir: Path, access_key: str = ACCESS_KEY, secret_key: str = SECRET_KEY,
+                region: str = REGION) -> dict[str, str]:
+    """The environment the aws CLI runs with: this process's, less every
+    AWS_* variable, plus the key, the region, and empty config and
+    credentials files (written into `cfg_dir`), so only what is passed
+    here applies."""
+    (cfg_dir / "config").write_text("")
+    (cfg_dir / "credentials").write_text("")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(
+        AWS_ACCESS_KEY_ID=access_key,
+        AWS_SECRET_ACCESS_KEY=secret_key,
+        AWS_DEFAULT_REGION=region,
+        AWS_CONFIG_FILE=str(cfg_dir / "config"),
+        AWS_SHARED_CREDENTIALS_FILE=str(cfg_dir / "credentials"),
+        AWS_EC2_METADATA_DISABLED="true",
+        AWS_PAGER="",
+    )
+    return env
+
+
 @pytest.fixture(scope="session")
 def aws_cli(server, tmp_path_factory):
     """Run the aws CLI (v1, from this venv) against the server.
@@ -375,19 +396,7 @@ def aws_cli(server, tmp_path_factory):
     user's config and credentials files are replaced by empty ones and every
     AWS_* variable is dropped, so only what is passed here applies.
     """
-    cfg_dir = tmp_path_factory.mktemp("awscli-config")
-    (cfg_dir / "config").write_text("")
-    (cfg_dir / "credentials").write_text("")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    env.update(
-        AWS_ACCESS_KEY_ID=server.access_key,
-        AWS_SECRET_ACCESS_KEY=server.secret_key,
-        AWS_DEFAULT_REGION=server.region,
-        AWS_CONFIG_FILE=str(cfg_dir / "config"),
-        AWS_SHARED_CREDENTIALS_FILE=str(cfg_dir / "credentials"),
-        AWS_EC2_METADATA_DISABLED="true",
-        AWS_PAGER="",
-    )
+    env = aws_cli_env(tmp_path_factory.mktemp("awscli-config"), server.access_key, server.secret_key, server.region)
 
     def run(*args: str, check: bool = True, timeout: float = 180) -> subprocess.CompletedProcess:
         cmd = [sys.executable, "-m", "awscli", "--endpoint-url", server.endpoint, *args]

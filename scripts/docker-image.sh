@@ -12,6 +12,8 @@
 #   healthcheck: { test: ["CMD", "laneway", "admin", "tenant", "list"] }
 # which calls the admin API on 127.0.0.1:9001 with $LANEWAY_ADMIN_TOKEN (set
 # it in the container's environment; without it the probe fails).
+# docker-compose.yml runs this image as store nodes and gateways of a
+# cluster (LANEWAY_IMAGE=laneway:local docker-compose up --no-build).
 #
 # Idempotent: the image carries the sha256 of the binary and of this script as
 # labels; when both match the existing image, nothing is rebuilt.
