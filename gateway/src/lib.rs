@@ -23,7 +23,8 @@
 //! [`conditional`] and [`range`] (GET/HEAD/copy preconditions and ranges),
 //! [`body`] (streaming adapters), [`checksum`] (x-amz-checksum-* of
 //! uploads), [`opclass`] (what each operation reads/writes, for the
-//! access check), [`quota`] (tenant quotas on the write path). [`serve`]
+//! access check), [`quota`] (the write path's quota asks, which the store
+//! decides). [`serve`]
 //! and [`config`] are the `laneway serve` process around it all; [`lanes`]
 //! puts every request and body byte through the weighted fair-share lanes
 //! in front of s3s, with [`metrics`] for `/metrics`; [`admin`] is the

@@ -48,7 +48,8 @@ pub struct Limits {
     /// Most body bytes per second.
     pub max_bytes_per_sec: Option<u64>,
     /// Most multipart uploads in progress at once. Unlike the others,
-    /// `None` is not unlimited but the gateway's default (10,000).
+    /// `None` is not unlimited but the store's default (10,000,
+    /// `laneway_store::quota::DEFAULT_MAX_OPEN_UPLOADS`).
     #[serde(default)]
     pub max_open_uploads: Option<u64>,
 }

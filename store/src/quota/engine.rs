@@ -194,25 +194,24 @@ fn refusal(
     let (used_bytes, used_objects) = (used.bytes, used.objects);
     let bytes = (used_bytes + inflight.bytes + w.bytes).saturating_sub(w.credit_bytes);
     let objects = (used_objects + inflight.objects + w.objects).saturating_sub(w.credit_objects);
-    if let Some(max) = limits.quota_bytes
-        && w.bytes > 0
-        && bytes > max
-    {
+    if let Some(max) = passed(limits.quota_bytes, w.bytes, bytes) {
         return Some(format!(
             "This upload would exceed the tenant's byte quota (quota_bytes = {max}; \
              {used_bytes} bytes stored)."
         ));
     }
-    if let Some(max) = limits.quota_objects
-        && w.objects > 0
-        && objects > max
-    {
+    if let Some(max) = passed(limits.quota_objects, w.objects, objects) {
         return Some(format!(
             "This upload would exceed the tenant's object quota (quota_objects = {max}; \
              {used_objects} objects stored)."
         ));
     }
     None
+}
+
+/// The limit a total of `total` passes, if the write adds to it at all.
+fn passed(limit: Option<u64>, adds: u64, total: u64) -> Option<u64> {
+    limit.filter(|max| adds > 0 && total > *max)
 }
 
 /// Size and count of the object a write to `key` would replace.
