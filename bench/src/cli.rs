@@ -189,9 +189,13 @@ pub struct TenantsArgs {
     /// Admin bearer token.
     #[arg(long, env = "LANEWAY_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: String,
-    /// One tenant: `name,weight=N,conc=N,rate=R,size=S,mix=op:w+op:w,objects=N,start=S,stop=S`
+    /// One tenant: `name,weight=N,conc=N,rate=R,size=S,mix=op:w+op:w,objects=N,start=S,stop=S,endpoints=URL+URL`
     /// (repeat the flag for each tenant); without `rate` a closed loop of
     /// `conc` workers, with it an open loop offering R requests/s.
+    /// `endpoints` deals the tenant's workers over these S3 endpoints in
+    /// turn (e.g. two gateways of one cluster; default: --endpoint); its
+    /// bucket and keys are made through the first. The cost columns come
+    /// from --admin-endpoint's server only.
     #[arg(long = "tenant", required = true)]
     pub tenants: Vec<String>,
     /// Measured seconds (after warm-up).

@@ -82,7 +82,7 @@ fn print_method(a: &TenantsArgs, specs: &[TenantSpec], clock: &Clock) {
     for s in specs {
         let (start, stop) = s.window(a.duration);
         println!(
-            "# tenant {}: weight={} conc={} rate={} size={} mix={} objects={} window={start}-{stop}s",
+            "# tenant {}: weight={} conc={} rate={} size={} mix={} objects={} window={start}-{stop}s endpoints={}",
             s.name,
             s.weight,
             s.concurrency,
@@ -90,7 +90,12 @@ fn print_method(a: &TenantsArgs, specs: &[TenantSpec], clock: &Clock) {
                 .map_or("closed-loop".to_owned(), |r| format!("{r}/s")),
             s.size,
             s.mix_text(),
-            s.objects
+            s.objects,
+            if s.endpoints.is_empty() {
+                a.endpoint.clone()
+            } else {
+                s.endpoints.join("+")
+            }
         );
     }
     let cuts: Vec<String> = clock
@@ -115,29 +120,59 @@ async fn provision(
 ) -> Result<Lane, String> {
     let name = format!("{run_id}-{}", spec.name);
     let created = admin.create_tenant(&name, spec.weight).await?;
-    let mut client = S3Client::new(&a.endpoint, &created.access_key, &created.secret_key)
-        .map_err(|e| e.to_string())?
-        .with_timeout(Duration::from_secs(
-            a.timeout.max(spec.size / 10_000_000 + 30),
-        ));
-    if a.reuse_signatures_secs > 0 {
-        client = client.reusing_signatures(Duration::from_secs(a.reuse_signatures_secs));
+    let endpoints = if spec.endpoints.is_empty() {
+        std::slice::from_ref(&a.endpoint)
+    } else {
+        &spec.endpoints[..]
+    };
+    let mut clients = Vec::with_capacity(endpoints.len());
+    for endpoint in endpoints {
+        let mut client = S3Client::new(endpoint, &created.access_key, &created.secret_key)
+            .map_err(|e| e.to_string())?
+            .with_timeout(Duration::from_secs(
+                a.timeout.max(spec.size / 10_000_000 + 30),
+            ));
+        if a.reuse_signatures_secs > 0 {
+            client = client.reusing_signatures(Duration::from_secs(a.reuse_signatures_secs));
+        }
+        clients.push(client);
     }
-    client
-        .ensure_bucket(BUCKET)
-        .await
-        .map_err(|e| format!("{name}: create bucket: {e}"))?;
+    // The bucket and the key space go in through the first endpoint;
+    // the others see them through the shared store once they know the
+    // new key (a cluster's gateways learn one within 5 s).
+    for client in &clients {
+        ensure_bucket_when_known(client, &name).await?;
+    }
+    let client = &clients[0];
     let work = workload(spec, a.seed);
     if spec.reads() {
-        prepare(&client, BUCKET, &work_args(spec, a.seed)).await?;
+        prepare(client, BUCKET, &work_args(spec, a.seed)).await?;
     }
     Ok(Lane {
         spec: spec.clone(),
         id: created.id,
-        client,
+        clients,
         work,
         issued: AtomicU64::new(0),
     })
+}
+
+/// Creates (or finds) the tenant's bucket through `client`, retrying for
+/// up to 10 s while the endpoint does not know the new key yet.
+async fn ensure_bucket_when_known(client: &S3Client, name: &str) -> Result<(), String> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match client.ensure_bucket(BUCKET).await {
+            Ok(()) => return Ok(()),
+            Err(e)
+                if e.code() == Some("InvalidAccessKeyId")
+                    && std::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => return Err(format!("{name}: create bucket: {e}")),
+        }
+    }
 }
 
 fn workload(spec: &TenantSpec, seed: u64) -> Workload {

@@ -37,8 +37,9 @@ pub struct Lane {
     pub spec: TenantSpec,
     /// Tenant id on the server (metrics label).
     pub id: String,
-    /// Client signing with the tenant's key.
-    pub client: S3Client,
+    /// Clients signing with the tenant's key, one per endpoint; worker i
+    /// uses client i mod n.
+    pub clients: Vec<S3Client>,
     /// Bucket, keys, size and mix.
     pub work: Workload,
     /// Open loop: slots of the schedule taken so far.
@@ -196,7 +197,8 @@ async fn worker(
         let began = start_at(due).await;
         let op = workload::pick(&work.mix, &mut rng);
         let key = work.keys.key(rng.random_range(0..work.keys.count.max(1)));
-        let res = workload::one_op(&lane.client, work, &payload, op, &key, id, &mut rng).await;
+        let client = &lane.clients[(id & 0xffff_ffff) as usize % lane.clients.len()];
+        let res = workload::one_op(client, work, &payload, op, &key, id, &mut rng).await;
         let done = Instant::now();
         if done < t0 || done >= end {
             continue;

@@ -6,7 +6,10 @@
 //! makes it an open loop that offers R requests/s (with at most `conc` in
 //! flight), the shape of a tenant whose load does not grow with the
 //! server's speed.
-//! Operations in `mix` are joined by `+` (the comma separates settings).
+//! Operations in `mix` are joined by `+` (the comma separates settings),
+//! and so are the S3 endpoints in `endpoints=URL+URL`: the tenant's workers
+//! are dealt over them in turn (worker i uses endpoint i mod n), so one
+//! tenant can spread its load over several gateways of a cluster.
 //! `start` and `stop` are seconds from the start of measurement; a tenant
 //! runs over `[start, stop)` and the run is cut into *phases* at every
 //! start and stop, so each phase has a fixed set of active tenants and
@@ -37,6 +40,8 @@ pub struct TenantSpec {
     pub start: u64,
     /// Second at which it stops (`None`: the end of the run).
     pub stop: Option<u64>,
+    /// S3 endpoints its workers are dealt over (empty: `--endpoint`).
+    pub endpoints: Vec<String>,
 }
 
 impl TenantSpec {
@@ -62,6 +67,7 @@ impl TenantSpec {
             objects: 100,
             start: 0,
             stop: None,
+            endpoints: Vec::new(),
         };
         for part in parts {
             let (k, v) = part
@@ -89,6 +95,12 @@ impl TenantSpec {
             "objects" => self.objects = num(v)?,
             "start" => self.start = num(v)?,
             "stop" => self.stop = Some(num(v)?),
+            "endpoints" => {
+                self.endpoints = v.split('+').map(str::to_owned).collect();
+                for e in &self.endpoints {
+                    crate::cli::check_loopback("endpoints", e)?;
+                }
+            }
             _ => return Err(format!("unknown setting {k:?}")),
         }
         Ok(())
@@ -172,6 +184,11 @@ mod tests {
         assert!(s.reads());
         assert_eq!(s.mix_text(), "get:3+put:1");
         assert_eq!(s.rate, None);
+        assert!(s.endpoints.is_empty());
+        let two =
+            TenantSpec::parse("a,endpoints=http://127.0.0.1:1+http://127.0.0.1:2").expect("valid");
+        assert_eq!(two.endpoints, ["http://127.0.0.1:1", "http://127.0.0.1:2"]);
+        assert!(TenantSpec::parse("a,endpoints=http://10.0.0.1:1").is_err());
         let open = TenantSpec::parse("a,rate=2000,conc=4").expect("valid");
         assert_eq!((open.rate, open.concurrency), (Some(2000), 4));
     }

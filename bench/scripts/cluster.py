@@ -1,0 +1,344 @@
+#!/usr/bin/env python3
+"""Cluster benchmarks of docs/benchmarks.md ("Cluster"), in one run.
+
+    bench/scripts/cluster.py [compare|fairness|all]
+
+compare: `laneway serve` and a cluster of one gateway and three store
+nodes (`laneway gateway` + `laneway store`, loopback), each fresh in its
+own temporary directory, measured one after the other with the same
+commands: 4 KiB GET, durable 4 KiB PUT, and a LIST walk of a bucket
+filled with `laneway-bench fill`. For every measurement the server CPU
+(utime + stime from /proc/PID/stat, read before and after the bench
+process) is split by role: the gateway process, and the store node
+processes summed (for `serve` the one process is both).
+
+fairness: a cluster of two gateways and three store nodes; tenant a
+(weight 1) has its workers dealt over both gateways, tenant b (weight 3)
+uses the second gateway only; both saturate with 4 KiB GETs
+(`laneway-bench tenants`, `endpoints=` setting). Run once with lanes on
+everywhere and once with `--lanes off` on the gateways (the store nodes
+keep their lanes: they have no switch), to show where the sharing is done.
+
+Every server process runs on CPU 1 and the loader on CPU 0 (as
+bench/scripts/lanes.sh does), so the server side gets the same single core
+in both set-ups. Environment: DURATION (seconds per GET/PUT run, default
+10), CONC (requests in flight, default 32), FILL (objects for the LIST
+bucket, default 100000), FILL_LIMIT (seconds a fill may take before it is
+stopped and the bucket listed as it is, default 300), PORT (first port,
+default 9400), ORDER=cluster-first to measure the cluster before serve,
+PIN=0 to let every process float over both CPUs, PERF=1 to sample the
+cluster's processes with `perf record` (5 s, 499 Hz) during its GET run
+and print the shares by thread, by object and by symbol (the data stays
+in $TMPDIR/laneway-cluster-perf.data).
+Needs the release binaries (cargo build --release -p laneway-gateway -p
+laneway-bench).
+"""
+
+import os
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BIN = os.path.join(ROOT, "target", "release")
+LANEWAY = os.path.join(BIN, "laneway")
+BENCH = os.path.join(BIN, "laneway-bench")
+DURATION = int(os.environ.get("DURATION", "10"))
+CONC = int(os.environ.get("CONC", "32"))
+FILL = int(os.environ.get("FILL", "100000"))
+FILL_LIMIT = int(os.environ.get("FILL_LIMIT", "300"))
+PORT = int(os.environ.get("PORT", "9400"))
+PIN = os.environ.get("PIN", "1") == "1"
+SERVER_CPU = ["taskset", "-c", "1"] if PIN else []
+LOADER_CPU = ["taskset", "-c", "0"] if PIN else []
+USER_HZ = os.sysconf("SC_CLK_TCK")
+ACCESS = "LWBENCHCLUSTER0001"
+SECRET = "bench-cluster-secret-" + secrets.token_hex(8)
+TOKEN = "bench-admin-" + secrets.token_hex(8)
+
+
+def cpu_seconds(pid):
+    """utime + stime of pid in seconds (fields after the command name)."""
+    with open(f"/proc/{pid}/stat") as f:
+        rest = f.read().rsplit(")", 1)[1].split()
+    return (int(rest[11]) + int(rest[12])) / USER_HZ
+
+
+class Proc:
+    """A server process started in the background, its log in a file."""
+
+    def __init__(self, role, args, log, env=None, ready=None):
+        self.role = role
+        self.log = log
+        self.p = subprocess.Popen(
+            SERVER_CPU + args,
+            stdout=open(log, "w"),
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+        )
+        if ready:
+            self.wait_for(ready)
+
+    def wait_for(self, pattern, timeout=60):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.p.poll() is not None:
+                raise SystemExit(f"{self.role} exited: {open(self.log).read()[-2000:]}")
+            if re.search(pattern, open(self.log).read()):
+                return
+            time.sleep(0.1)
+        raise SystemExit(f"{self.role} not ready: {open(self.log).read()[-2000:]}")
+
+    def stop(self):
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGTERM)
+            try:
+                self.p.wait(30)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
+
+
+class Setup:
+    """One server set-up: its processes by role and its endpoints."""
+
+    def __init__(self, name):
+        self.name = name
+        self.dir = tempfile.mkdtemp(prefix=f"laneway-{name}.")
+        self.procs = []
+        self.s3 = []
+        self.admin = []
+
+    def role_cpu(self):
+        out = {}
+        for p in self.procs:
+            out[p.role] = out.get(p.role, 0.0) + cpu_seconds(p.p.pid)
+        return out
+
+    def close(self):
+        for p in reversed(self.procs):
+            p.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def serve(port):
+    s = Setup("serve")
+    s.procs.append(Proc("serve", [LANEWAY, "serve", "--data-dir", f"{s.dir}/data",
+                                  "--listen", f"127.0.0.1:{port}",
+                                  "--admin-listen", f"127.0.0.1:{port + 1}",
+                                  "--admin-token", TOKEN],
+                        os.path.join(s.dir, "serve.log"),
+                        {"LANEWAY_ACCESS_KEY": ACCESS, "LANEWAY_SECRET_KEY": SECRET},
+                        r"laneway listening on http://"))
+    s.s3.append(f"http://127.0.0.1:{port}")
+    s.admin.append(f"http://127.0.0.1:{port + 1}")
+    return s
+
+
+def cluster(port, gateways, extra_gateway_args=()):
+    """Store nodes on port+10.., gateways on port, port+2, ... (admin +1)."""
+    s = Setup(f"cluster{gateways}")
+    cfile = os.path.join(s.dir, "cluster.toml")
+    subprocess.run([LANEWAY, "cluster", "init", "--file", cfile, "--store-nodes", "3",
+                    "--base-port", str(port + 10), "--partitions", "16"],
+                   check=True, stdout=subprocess.DEVNULL)
+    for i in range(1, 4):
+        s.procs.append(Proc("store", [LANEWAY, "store", "--data-dir", f"{s.dir}/store-{i}",
+                                      "--listen", f"127.0.0.1:{port + 9 + i}",
+                                      "--cluster", cfile, "--node", f"store-{i}"],
+                            os.path.join(s.dir, f"store-{i}.log"),
+                            ready=r"listening on rpc://"))
+    for g in range(gateways):
+        p = port + 2 * g
+        s.procs.append(Proc("gateway", [LANEWAY, "gateway", "--cluster", cfile,
+                                        "--data-dir", f"{s.dir}/gateway-{g}",
+                                        "--listen", f"127.0.0.1:{p}",
+                                        "--admin-listen", f"127.0.0.1:{p + 1}",
+                                        "--admin-token", TOKEN, *extra_gateway_args],
+                            os.path.join(s.dir, f"gateway-{g}.log"),
+                            {"LANEWAY_ACCESS_KEY": ACCESS, "LANEWAY_SECRET_KEY": SECRET},
+                            r"laneway listening on http://"))
+        s.s3.append(f"http://127.0.0.1:{p}")
+        s.admin.append(f"http://127.0.0.1:{p + 1}")
+    return s
+
+
+def bench(setup, args, quiet=False):
+    """Runs laneway-bench; returns (stdout, server CPU seconds by role, wall)."""
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": ACCESS, "AWS_SECRET_ACCESS_KEY": SECRET,
+           "LANEWAY_ADMIN_TOKEN": TOKEN}
+    before = setup.role_cpu()
+    t = time.time()
+    r = subprocess.run(LOADER_CPU + [BENCH] + args, env=env, capture_output=True, text=True)
+    wall = time.time() - t
+    after = setup.role_cpu()
+    if r.returncode != 0:
+        print(f"# {setup.name}: laneway-bench {' '.join(args)} failed:\n{r.stdout}\n{r.stderr}")
+        sys.stdout.flush()
+    elif not quiet:
+        print(f"## {setup.name}: laneway-bench {' '.join(args)}")
+        print("\n".join(l for l in r.stdout.splitlines() if not l.startswith("# method")))
+        sys.stdout.flush()
+    return r.stdout, {k: after[k] - before[k] for k in after}, wall
+
+
+def summary_row(out, op):
+    """(ops, ops/s, p50 ms) from the summary line of `op`."""
+    m = re.search(rf"^{op}\s+(\d+)\s+([\d.]+)\s+[\d.]+\s+([\d.]+)", out, re.M)
+    return (int(m.group(1)), float(m.group(2)), float(m.group(3))) if m else (0, 0.0, 0.0)
+
+
+def cpu_text(cpu, ops, per=1):
+    """CPU microseconds per `per` operations, by role."""
+    return ", ".join(f"{role} {1e6 * per * secs / max(ops, 1):.0f} us"
+                     for role, secs in sorted(cpu.items()))
+
+
+def start_perf(setup):
+    """perf record of every server process for 5 s (PERF=1), or None."""
+    if os.environ.get("PERF") != "1" or not shutil.which("perf"):
+        return None
+    data = os.path.join(tempfile.gettempdir(), "laneway-cluster-perf.data")
+    pids = ",".join(str(p.p.pid) for p in setup.procs)
+    return data, subprocess.Popen(["perf", "record", "-F", "499", "-g", "-o", data, "-p", pids,
+                                   "--", "sleep", "5"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def report_perf(setup, perf):
+    data, p = perf
+    p.wait()
+    roles = ", ".join(f"{p.p.pid}={p.role}" for p in setup.procs)
+    print(f"## {setup.name}: perf, GET run (self time; pids {roles})")
+    for sort, limit in (("pid", "0"), ("dso", "2"), ("sym", "0.7")):
+        # `pid` sorts by thread; the pids above name the processes.
+        r = subprocess.run(["perf", "report", "-i", data, "--stdio", "--no-children",
+                            "--sort", sort, "-g", "none", "--percent-limit", limit],
+                           capture_output=True, text=True)
+        lines = [l for l in r.stdout.splitlines() if l.strip() and not l.startswith("#")]
+        print(f"# by {sort}:")
+        print("\n".join(lines[:25]))
+    sys.stdout.flush()
+
+
+def compare():
+    results = {}
+    makers = [lambda: serve(PORT), lambda: cluster(PORT, 1)]
+    if os.environ.get("ORDER") == "cluster-first":
+        makers.reverse()
+    for make in makers:
+        s = make()
+        try:
+            ep = s.s3[0]
+            common = ["--endpoint", ep, "--concurrency", str(CONC), "--objects", "1000"]
+            # Key space for GET (the bench PUTs every key first), with an
+            # unmeasured 2 s GET warm-up.
+            bench(s, ["get", *common, "--bucket", "get", "--warmup", "0",
+                      "--duration", "2"], quiet=True)
+            res = {}
+            perf = start_perf(s) if s.name != "serve" else None
+            out, cpu, _ = bench(s, ["get", *common, "--bucket", "get", "--no-prepare",
+                                    "--warmup", "0", "--duration", str(DURATION)])
+            res["get"] = (summary_row(out, "get"), cpu)
+            if perf:
+                report_perf(s, perf)
+            # One request in flight: the p50 without queueing, i.e. the
+            # hop's own latency when compared with serve.
+            out, cpu, _ = bench(s, ["get", "--endpoint", ep, "--concurrency", "1",
+                                    "--objects", "1000", "--bucket", "get", "--no-prepare",
+                                    "--warmup", "0", "--duration", "5"])
+            res["get1"] = (summary_row(out, "get"), cpu)
+            # Durable PUTs of new keys (every PUT is fsynced, group commit).
+            out, cpu, _ = bench(s, ["put", "--endpoint", ep, "--concurrency", str(CONC),
+                                    "--objects", "1000000", "--bucket", "put", "--warmup", "0",
+                                    "--duration", str(DURATION)])
+            res["put"] = (summary_row(out, "put"), cpu)
+            # LIST: fill (stopped after FILL_LIMIT s), then walks.
+            fill_args = ["fill", "--endpoint", ep, "--bucket", "list", "--objects", str(FILL),
+                         "--concurrency", "64"]
+            env = {**os.environ, "AWS_ACCESS_KEY_ID": ACCESS, "AWS_SECRET_ACCESS_KEY": SECRET}
+            t = time.time()
+            try:
+                r = subprocess.run(LOADER_CPU + [BENCH] + fill_args, env=env,
+                                   capture_output=True, text=True, timeout=FILL_LIMIT)
+                fill_out = r.stdout
+                print(f"## {s.name}: laneway-bench {' '.join(fill_args)} ({time.time() - t:.0f} s)")
+                print("\n".join(l for l in fill_out.splitlines() if not l.startswith("#")))
+            except subprocess.TimeoutExpired:
+                print(f"## {s.name}: fill stopped after {FILL_LIMIT} s (limit)")
+            sys.stdout.flush()
+            out, cpu, _ = bench(s, ["list", "--endpoint", ep, "--bucket", "list", "--rounds", "3",
+                                    "--first-page-samples", "20"])
+            keys = sum(int(k) for k in re.findall(r"^round \d+: (\d+) keys", out, re.M))
+            secs = sum(float(x) for x in re.findall(r"pages, ([\d.]+)s,", out))
+            pages = sum(int(k) for k in re.findall(r"in (\d+) pages", out))
+            page_p50 = re.findall(r"page p50 ([\d.]+) ms", out)
+            res["list"] = ((keys, keys / max(secs, 1e-9),
+                            float(page_p50[len(page_p50) // 2]) if page_p50 else 0.0), cpu, pages)
+            results[s.name] = res
+        finally:
+            s.close()
+    print_compare(results)
+
+
+def print_compare(results):
+    a, b = results.get("serve"), results.get("cluster1")
+    if not a or not b:
+        return
+    print("\n# compare: serve vs cluster (1 gateway + 3 store nodes), server side on one CPU")
+    print("# get1: GET with one request in flight (latency without queueing); list: keys/s")
+    print(f"{'op':<5} {'serve ops/s':>12} {'cluster ops/s':>14} {'ratio':>6} "
+          f"{'serve p50':>10} {'cluster p50':>12} {'hop p50':>8}  cpu per op (serve | cluster)")
+    for op in ("get", "get1", "put", "list"):
+        (ao, ar, ap), acpu = a[op][0], a[op][1]
+        (bo, br, bp), bcpu = b[op][0], b[op][1]
+        per, unit = (1000, "1000 keys (p50: per page)") if op == "list" else (1, "op")
+        ratio = 100 * br / max(ar, 1e-9)
+        print(f"{op:<5} {ar:>12.0f} {br:>14.0f} {ratio:>5.0f}% {ap:>9.3f}m {bp:>11.3f}m "
+              f"{bp - ap:>+7.3f}m  {cpu_text(acpu, ao, per)} | {cpu_text(bcpu, bo, per)} "
+              f"(per {unit})")
+    (bo, _, _), bcpu = b["get"][0], b["get"][1]
+    gw = bcpu.get("gateway", 0) / max(bo, 1)
+    st = bcpu.get("store", 0) / max(bo, 1)
+    print(f"# 100k GET/s at these costs: {gw * 1e5:.1f} gateway cores + {st * 1e5:.1f} store-node cores")
+
+
+def fairness():
+    for label, extra in (("lanes on", ()), ("gateway lanes off", ("--lanes", "off"))):
+        s = cluster(PORT + 20, 2, extra)
+        try:
+            g1, g2 = s.s3
+            out, cpu, wall = bench(s, ["tenants", "--endpoint", g2, "--admin-endpoint", s.admin[1],
+                                       "--reuse-signatures-secs", "60",
+                                       "--duration", str(2 * DURATION),
+                                       "--tenant", f"a,weight=1,conc={CONC},endpoints={g1}+{g2}",
+                                       "--tenant", f"b,weight=3,conc={CONC}"], quiet=True)
+            print(f"## fairness, {label}: a weight 1 over {g1}+{g2}, b weight 3 on {g2}")
+            print("\n".join(l for l in out.splitlines() if not l.startswith("# method")))
+            print(f"# server cpu over {wall:.1f} s: " +
+                  ", ".join(f"{k} {v:.1f} s" for k, v in sorted(cpu.items())))
+            sys.stdout.flush()
+        finally:
+            s.close()
+
+
+def main():
+    what = sys.argv[1] if len(sys.argv) > 1 else "all"
+    for b in (LANEWAY, BENCH):
+        if not os.access(b, os.X_OK):
+            raise SystemExit(f"{b} missing: cargo build --release -p laneway-gateway -p laneway-bench")
+    print(f"# cluster.py {what}: {time.strftime('%Y-%m-%d %H:%M:%S')}, nproc {os.cpu_count()}, "
+          f"pin={PIN}, duration={DURATION}s conc={CONC} fill={FILL} (limit {FILL_LIMIT}s)")
+    if what in ("compare", "all"):
+        compare()
+    if what in ("fairness", "all"):
+        fairness()
+
+
+if __name__ == "__main__":
+    main()
