@@ -217,7 +217,7 @@ enum TokenSource {
 /// The admin token: the given one, else `D/admin.token`, generated (mode
 /// 0600) on first use.
 fn settle_token(given: Option<&str>, dir: &Path) -> Result<(String, TokenSource), String> {
-    if let Some(t) = given {
+    if let Some(t) = given.filter(|t| !t.is_empty()) {
         return Ok((t.to_string(), TokenSource::Given));
     }
     let path = dir.join("admin.token");
@@ -938,6 +938,11 @@ mod tests {
         assert!(
             !other.path().join("admin.token").exists(),
             "a given token is never written"
+        );
+        let (_, source) = settle_token(Some(""), other.path()).expect("empty");
+        assert!(
+            matches!(source, TokenSource::New(_)),
+            "an empty variable counts as unset"
         );
     }
 
