@@ -31,7 +31,7 @@ import boto3
 import pytest
 from botocore.config import Config
 
-from conftest import ACCESS_KEY, ADMIN_TOKEN, REGION, SECRET_KEY, _LIVE_ADMINS, aws_cli_env, require_binary
+from conftest import ACCESS_KEY, ADMIN_TOKEN, REGION, SECRET_KEY, _LIVE_ADMINS, aws_cli_env, require_binary, terminate
 from s3util import run_or_fail
 
 READY_LINE = "laneway cluster local ready"
@@ -204,12 +204,7 @@ class LocalCluster:
             time.sleep(0.1)
         code = self.proc.poll()
         if code is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            terminate(self.proc, STOP_TIMEOUT_S)
         pytest.fail(
             f"`laneway cluster local` did not print {READY_LINE!r} within {START_TIMEOUT_S:.0f}s "
             f"(exit code {code})\ncommand: {' '.join(self.cmd)}\n{self.logs()}",

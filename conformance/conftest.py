@@ -153,13 +153,18 @@ class LanewayProcess:
         process already had before the stop (None if it was running)."""
         died_with = self.proc.poll()
         if died_with is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            terminate(self.proc, timeout)
         return died_with
+
+
+def terminate(proc: subprocess.Popen, timeout: float) -> int:
+    """SIGTERM `proc`, SIGKILL it after `timeout`; its exit code."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait()
 
 
 def require_binary() -> Path:
