@@ -29,7 +29,11 @@ default 9400), ORDER=cluster-first to measure the cluster before serve,
 PIN=0 to let every process float over both CPUs, PERF=1 to sample the
 cluster's processes with `perf record` (5 s, 499 Hz) during its GET run
 and print the shares by thread, by object and by symbol (the data stays
-in $TMPDIR/laneway-cluster-perf.data).
+in $TMPDIR/laneway-cluster-perf.data). STORE_CPU=0.3 puts the three store
+nodes together in a cgroup (v1 cpu controller, CFS quota, 10 ms period; needs
+root) capped at that fraction of one CPU, so that the store nodes, not the
+gateways, are the contended resource, as when gateways run on machines of
+their own (the fairness figure is measured that way).
 Needs the release binaries (cargo build --release -p laneway-gateway -p
 laneway-bench).
 """
@@ -54,6 +58,7 @@ FILL = int(os.environ.get("FILL", "100000"))
 FILL_LIMIT = int(os.environ.get("FILL_LIMIT", "300"))
 PORT = int(os.environ.get("PORT", "9400"))
 PIN = os.environ.get("PIN", "1") == "1"
+STORE_CPU = os.environ.get("STORE_CPU", "")
 SERVER_CPU = ["taskset", "-c", "1"] if PIN else []
 LOADER_CPU = ["taskset", "-c", "0"] if PIN else []
 USER_HZ = os.sysconf("SC_CLK_TCK")
@@ -113,6 +118,20 @@ class Setup:
         self.procs = []
         self.s3 = []
         self.admin = []
+        self.cgroup = None
+
+    def cap_stores(self, fraction):
+        """Put the store processes in one CPU-capped cgroup."""
+        self.cgroup = f"/sys/fs/cgroup/cpu/laneway-bench-stores-{os.getpid()}-{self.name}"
+        os.makedirs(self.cgroup, exist_ok=True)
+        with open(f"{self.cgroup}/cpu.cfs_period_us", "w") as f:
+            f.write("10000\n")
+        with open(f"{self.cgroup}/cpu.cfs_quota_us", "w") as f:
+            f.write(f"{int(float(fraction) * 10000)}\n")
+        for p in self.procs:
+            if p.role == "store":
+                with open(f"{self.cgroup}/cgroup.procs", "w") as f:
+                    f.write(f"{p.p.pid}\n")
 
     def role_cpu(self):
         out = {}
@@ -123,6 +142,11 @@ class Setup:
     def close(self):
         for p in reversed(self.procs):
             p.stop()
+        if self.cgroup:
+            try:
+                os.rmdir(self.cgroup)
+            except OSError:
+                pass
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
@@ -153,6 +177,8 @@ def cluster(port, gateways, extra_gateway_args=()):
                                       "--cluster", cfile, "--node", f"store-{i}"],
                             os.path.join(s.dir, f"store-{i}.log"),
                             ready=r"listening on rpc://"))
+    if STORE_CPU:
+        s.cap_stores(STORE_CPU)
     for g in range(gateways):
         p = port + 2 * g
         s.procs.append(Proc("gateway", [LANEWAY, "gateway", "--cluster", cfile,
@@ -318,7 +344,8 @@ def fairness():
                                        "--duration", str(2 * DURATION),
                                        "--tenant", f"a,weight=1,conc={CONC},endpoints={g1}+{g2}",
                                        "--tenant", f"b,weight=3,conc={CONC}"], quiet=True)
-            print(f"## fairness, {label}: a weight 1 over {g1}+{g2}, b weight 3 on {g2}")
+            cap = f", store nodes capped at {STORE_CPU} CPU" if STORE_CPU else ""
+            print(f"## fairness, {label}{cap}: a weight 1 over {g1}+{g2}, b weight 3 on {g2}")
             print("\n".join(l for l in out.splitlines() if not l.startswith("# method")))
             print(f"# server cpu over {wall:.1f} s: " +
                   ", ".join(f"{k} {v:.1f} s" for k, v in sorted(cpu.items())))

@@ -101,11 +101,13 @@ pub async fn run(args: StoreArgs) -> Result<(), NodeError> {
     );
     let map: Arc<dyn MapSource> = map_source.clone();
     let cluster = RemoteStore::new(&file, Arc::clone(&map), CallOptions::default())?;
+    let node_lanes = NodeLanes::new(laneway_store::node::lanes::node_lanes_config());
+    let lanes_view = node_lanes.lanes().clone();
     let service = NodeService::new(
         Arc::clone(&store),
         node.clone(),
         map,
-        NodeLanes::new(laneway_store::node::lanes::node_lanes_config()),
+        node_lanes,
         Arc::new(cluster),
     );
     let server = RpcServer::start(
@@ -119,6 +121,7 @@ pub async fn run(args: StoreArgs) -> Result<(), NodeError> {
         source,
     })?;
     announce(&node, server.local_addr());
+    spawn_lanes_log(lanes_view);
     crate::serve::shutdown_signal().await;
     tracing::info!("stopping the RPC listener");
     server.stop().await;
@@ -173,4 +176,20 @@ fn announce(node: &NodeId, addr: std::net::SocketAddr) {
     {
         tracing::warn!("could not write the startup line to stdout");
     }
+}
+
+/// Every 10 s, at debug level, what the node's lanes served per tenant.
+fn spawn_lanes_log(lanes: laneway_qos::Lanes) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(std::time::Duration::from_secs(10));
+        loop {
+            tick.tick().await;
+            for t in lanes.snapshot().tenants {
+                tracing::debug!(tenant = %t.tenant.as_str(), weight = t.weight.get(),
+                    granted = t.granted, served_units = t.served_units, queued = t.queue_depth,
+                    waited_ms = u64::try_from(t.total_queue_wait.as_millis()).unwrap_or(u64::MAX),
+                    "node lanes");
+            }
+        }
+    });
 }

@@ -5,13 +5,15 @@
 //! its load over two gateways meets itself in one lane here, and gets one
 //! share, not two (the dmClock idea: schedule where the contention is).
 //!
-//! A call's index work is admitted at its base cost and its permit held
-//! while it runs; body bytes, in and out, are paced chunk by chunk through
-//! the same lanes and hold nothing between chunks. Calls without a caller
+//! A call is admitted at its base cost and its permit held while it runs
+//! and until its answer is handed to the connection; an upload's body is
+//! paced chunk by chunk through the same lanes instead (its permit goes
+//! before the body streams, so no chunk waits behind its own call). Calls without a caller
 //! (the cluster's own steps, health checks) are not queued.
 
 use crate::caller::Caller;
 use crate::error::{StoreError, StoreResult};
+use crate::rpc::Reply;
 use crate::store::BodyStream;
 use futures::StreamExt;
 use laneway_qos::{Caps, Lanes, LanesConfig, Overloaded, Permit, TenantKey, Weight};
@@ -72,6 +74,33 @@ impl NodeLanes {
         }
     }
 
+    /// `reply` holding `permit` until its answer has been handed to the
+    /// connection (its data, if any, read to the end), so the call's
+    /// turn covers the node's whole work on it, not just the index read;
+    /// at most the lanes' `max_hold` once the connection stops taking it
+    /// (a caller that stops reading holds nothing others wait for).
+    pub fn hold_until_sent(&self, permit: Option<Permit>, reply: Reply) -> Reply {
+        let Some(permit) = permit else { return reply };
+        let lease = self.lanes.lease(permit);
+        let data = reply
+            .body
+            .unwrap_or_else(|| Box::pin(futures::stream::empty()));
+        let held =
+            futures::stream::unfold((data, Some(lease)), |(mut data, mut lease)| async move {
+                match data.next().await {
+                    Some(item) => Some((item, (data, lease))),
+                    None => {
+                        drop(lease.take());
+                        None
+                    }
+                }
+            });
+        Reply {
+            payload: reply.payload,
+            body: Some(Box::pin(held)),
+        }
+    }
+
     /// `body` paced through the caller's lane (unchanged without a caller).
     pub fn pace(&self, caller: Option<&Caller>, body: BodyStream) -> BodyStream {
         let Some(c) = caller else { return body };
@@ -96,6 +125,7 @@ impl NodeLanes {
                 weights.clear();
             }
             weights.insert(c.tenant.0.clone(), c.weight);
+            tracing::debug!(tenant = %c.tenant.0, weight = c.weight, "node lanes: tenant weight");
             let w = Weight::new(c.weight).unwrap_or(Weight::ONE);
             self.lanes.update_tenant(&key, w, Caps::NONE);
         }

@@ -109,14 +109,14 @@ impl Inner {
             // across them could hold capacity they wait for.
             permit = None;
         }
-        let _permit = permit;
         let body = self.lanes.pace(env.caller.as_ref(), body);
-        self.dispatch(env.call, body).await.map_err(|e| match e {
+        let reply = self.dispatch(env.call, body).await.map_err(|e| match e {
             StoreError::NotHosted(p) => {
                 wrong_node(map_version, &format!("{p} is not on this node"))
             }
             e => WireError::from_store(&e),
-        })
+        })?;
+        Ok(self.lanes.hold_until_sent(permit, reply))
     }
 
     fn hosts_catalog(&self) -> bool {
