@@ -122,10 +122,12 @@ def tail(path: Path, lines: int = 30) -> str:
 
 
 def s3_client(endpoint: str, access_key: str, secret_key: str, attempts: int = 1, read_timeout: float = 60):
-    """A boto3 client of `endpoint` without retries (a 503 is seen as it
-    is), with bounded connect and read timeouts."""
+    """A boto3 client of `endpoint` making `attempts` attempts in all (1:
+    no retry, so a 503 is seen as it is), with bounded connect and read
+    timeouts. (botocore's `max_attempts` counts retries after the first
+    attempt; `total_max_attempts` counts every attempt.)"""
     config = Config(
-        retries={"max_attempts": attempts, "mode": "standard"},
+        retries={"total_max_attempts": attempts, "mode": "standard"},
         connect_timeout=5,
         read_timeout=read_timeout,
     )

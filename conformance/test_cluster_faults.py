@@ -268,10 +268,6 @@ def test_a_cut_off_store_node_hangs_nothing(cluster, store2_cut_off):
     assert listed.code in {"ServiceUnavailable", "SlowDown"} and listed.seconds <= HANG_BOUND_S, listed
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "gateway role: a GET of a SIGSTOPped node's key answers 503 after ~10 s (two RPC deadlines), and "
-    "the calls waiting on it hold the tenant's lane, so keys of running nodes wait up to 10 s or get "
-    "SlowDown; reported, remove this mark once fixed"))
 def test_a_cut_off_store_node_answers_503_within_the_deadline_and_only_for_its_keys(cluster, store2_cut_off):
     bucket, objects, down = store2_cut_off
     client = cluster.client(0)

@@ -33,3 +33,24 @@ impl Caller {
         CALLER.try_with(Caller::clone).ok()
     }
 }
+
+/// What to give up before a store call waits on the network: the gateway
+/// sets it to drop the request's lane permit, so that a store node that
+/// is slow or cut off holds none of the tenant's shared capacity (its
+/// other requests, to nodes that answer, are admitted meanwhile).
+pub type BeforeWait = std::sync::Arc<dyn Fn() + Send + Sync>;
+
+tokio::task_local! {
+    static BEFORE_WAIT: BeforeWait;
+}
+
+/// Run `fut` with `hook` called before each of its store calls waits on
+/// the network.
+pub fn scope_before_wait<F: Future>(hook: BeforeWait, fut: F) -> impl Future<Output = F::Output> {
+    BEFORE_WAIT.scope(hook, fut)
+}
+
+/// Called by a remote store client before it waits on a node.
+pub fn before_network_wait() {
+    let _ = BEFORE_WAIT.try_with(|hook| hook());
+}

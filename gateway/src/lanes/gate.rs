@@ -11,7 +11,9 @@
 //! 2. admit the base cost ([`Lanes::admit`]); a refusal is answered
 //!    `503 SlowDown` at once and nothing reaches s3s or the store;
 //! 3. call s3s with the request body; the permit is held while s3s and
-//!    the handler work;
+//!    the handler work, until a store call waits on the network (a
+//!    cluster's store node: [`laneway_store::caller::before_network_wait`]),
+//!    which gives it back first;
 //! 4. finish the answer's XML document while it is one buffer
 //!    ([`crate::reply::finish`]: error ids, a bare ETag), the refusal's
 //!    too;
@@ -118,7 +120,14 @@ impl LaneGate {
             Arc::clone(&caller.series),
         );
         req.extensions_mut().insert(meter);
-        let result = caller.store.clone().scope(service.call(req)).await;
+        // A store call that waits on the network (a cluster's node) gives
+        // the permit back first: waiting on a node is not this gateway's
+        // work, and a slow node must not hold the tenant's capacity.
+        let release = Arc::clone(&held);
+        let before_wait: laneway_store::caller::BeforeWait =
+            Arc::new(move || drop(release.lock().take()));
+        let call = caller.store.clone().scope(service.call(req));
+        let result = laneway_store::caller::scope_before_wait(before_wait, call).await;
         match result {
             Ok(resp) => Ok(self.respond(reply::finish(resp, ids), caller, &held)),
             Err(e) => {

@@ -193,6 +193,7 @@ impl RemoteStore {
                 "store node {node} is not in the cluster file"
             )))
         })?;
+        crate::caller::before_network_wait();
         match client.call(method, args, data, &self.inner.opts).await {
             Ok((payload, rest)) => Ok((decode(&payload).map_err(Sent::Store)?, rest)),
             Err(RpcError::Remote(w)) => match w.code {
