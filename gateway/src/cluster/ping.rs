@@ -66,6 +66,8 @@ pub fn run(args: PingArgs) -> ExitCode {
         call: laneway_store::node::proto::Call::Ping,
         caller: None,
         map_version: file.map.version(),
+        sender: 0,
+        backlog: 0,
     };
     let args_frame = match laneway_store::node::proto::encode(&envelope) {
         Ok(b) => bytes::Bytes::from(b),

@@ -5,7 +5,9 @@
 //! [`proto::Envelope`], admits it through the node's lanes (weighted by
 //! the caller's tenant, so a tenant spreading its load over several
 //! gateways still gets one share here: [`lanes`]), runs it on the local
-//! [`Store`] and encodes the reply. A call for a partition this node does
+//! [`Store`] and encodes the reply, led by the caller's window: how many
+//! of its calls the sending gateway may have in flight here
+//! ([`windows`]). A call for a partition this node does
 //! not host, or a catalog call on another node, is answered `WrongNode`
 //! with the node's map version, so a stale sender refreshes its map and
 //! retries.
@@ -13,6 +15,7 @@
 pub mod desk;
 pub mod lanes;
 pub mod proto;
+pub mod windows;
 
 use crate::cluster::{MapSource, NodeId};
 use crate::error::{StoreError, StoreResult};
@@ -38,6 +41,7 @@ struct Inner {
     map: Arc<dyn MapSource>,
     lanes: lanes::NodeLanes,
     desk: desk::QuotaDesk,
+    windows: windows::Windows,
 }
 
 impl NodeService {
@@ -58,6 +62,7 @@ impl NodeService {
                 map,
                 lanes,
                 desk: desk::QuotaDesk::new(cluster),
+                windows: windows::Windows::default(),
             }),
         }
     }
@@ -116,7 +121,13 @@ impl Inner {
             }
             e => WireError::from_store(&e),
         })?;
-        Ok(self.lanes.hold_until_sent(permit, reply))
+        let window = env
+            .caller
+            .as_ref()
+            .map_or(0, |c| self.windows.window(c, env.sender, env.backlog));
+        Ok(self
+            .lanes
+            .hold_until_sent(permit, with_window(window, reply)))
     }
 
     fn hosts_catalog(&self) -> bool {
@@ -298,6 +309,17 @@ impl Inner {
         .await
         .map_err(|e| StoreError::Engine(format!("list task: {e}")))??;
         reply(&runs)
+    }
+}
+
+/// `reply` with the caller's window in front of its payload.
+fn with_window(window: u32, reply: Reply) -> Reply {
+    let mut payload = Vec::with_capacity(4 + reply.payload.len());
+    payload.extend_from_slice(&window.to_be_bytes());
+    payload.extend_from_slice(&reply.payload);
+    Reply {
+        payload: Bytes::from(payload),
+        body: reply.body,
     }
 }
 

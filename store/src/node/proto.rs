@@ -4,8 +4,11 @@
 //! fetching LIST runs of several partitions at once).
 //!
 //! A call travels as an [`Envelope`] (bincode) in the RPC's argument frame:
-//! the call, the caller (tenant and weight, for the node's lanes) and the
-//! map version the sender routed by. Its method name in the URL is
+//! the call, the caller (tenant and weight, for the node's lanes), the
+//! map version the sender routed by, and the sender's backlog for the
+//! caller. A successful answer's payload starts with the caller's window
+//! at this node (4 bytes, big-endian; 0 without a caller), then the
+//! call's reply. Its method name in the URL is
 //! [`Call::name`]. Each call's reply type is fixed by the call and named
 //! beside its variant; the node encodes it with [`encode`], the client
 //! decodes it with [`decode`].
@@ -37,6 +40,11 @@ pub struct Envelope {
     pub caller: Option<Caller>,
     /// The partition map version the sender routed by.
     pub map_version: u64,
+    /// The sending process (a gateway's random id; 0 for others).
+    pub sender: u64,
+    /// The sender's calls of this caller to this node, in flight or
+    /// waiting for its window ([`crate::node::windows`]).
+    pub backlog: u32,
 }
 
 /// Every operation a store node answers (the reply type in brackets).

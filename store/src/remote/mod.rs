@@ -19,6 +19,7 @@
 //! one created through another gateway is usable at once.
 
 mod list;
+mod window;
 
 use crate::caller::Caller;
 use crate::client::{Fut, StoreClient};
@@ -57,6 +58,10 @@ struct Inner {
     nodes: HashMap<NodeId, Arc<RpcClient>>,
     opts: CallOptions,
     buckets: moka::sync::Cache<(TenantId, String), BucketInfo>,
+    windows: window::Windows,
+    /// This client's id in its calls (the nodes split a tenant's window
+    /// among the clients that carry it).
+    id: u64,
 }
 
 impl RemoteStore {
@@ -87,6 +92,8 @@ impl RemoteStore {
                 nodes,
                 opts,
                 buckets,
+                windows: window::Windows::default(),
+                id: client_id(),
             }),
         })
     }
@@ -138,8 +145,8 @@ impl RemoteStore {
         let node = route_node(&map, &call)?;
         let replayable = data.is_none();
         let name = call.name();
-        let (args, target) = (self.envelope(call, &map)?, node);
-        match self.exchange(&target, name, args.clone(), data).await {
+        let (args, window) = self.envelope(call, &map, &node)?;
+        match self.exchange(&node, name, args.clone(), data, window).await {
             Err(Sent::WrongNode(seen)) if replayable => {
                 let map = self
                     .inner
@@ -148,7 +155,7 @@ impl RemoteStore {
                     .map_err(|e| StoreError::Unavailable(format!("partition map: {e}")))?;
                 let call: Envelope = decode(&args)?;
                 let node = route_node(&map, &call.call)?;
-                self.exchange(&node, name, args, None)
+                self.exchange(&node, name, args, None, None)
                     .await
                     .map_err(Sent::into_store)
             }
@@ -165,28 +172,43 @@ impl RemoteStore {
     ) -> StoreResult<(T, BodyStream)> {
         let map = self.map();
         let name = call.name();
-        let args = self.envelope(call, &map)?;
-        self.exchange(node, name, args, data)
+        let (args, window) = self.envelope(call, &map, node)?;
+        self.exchange(node, name, args, data, window)
             .await
             .map_err(Sent::into_store)
     }
 
-    fn envelope(&self, call: Call, map: &PartitionMap) -> StoreResult<Bytes> {
+    /// The call's envelope, and the caller's window at `node` (none for
+    /// calls made for no tenant).
+    fn envelope(
+        &self,
+        call: Call,
+        map: &PartitionMap,
+        node: &NodeId,
+    ) -> StoreResult<(Bytes, Option<Arc<window::Window>>)> {
+        let caller = Caller::current();
+        let window = caller
+            .as_ref()
+            .map(|c| self.inner.windows.of(node, &c.tenant.0));
         let env = Envelope {
             call,
-            caller: Caller::current(),
+            caller,
             map_version: map.version(),
+            sender: self.inner.id,
+            backlog: window.as_ref().map_or(0, |w| w.backlog() + 1),
         };
-        Ok(Bytes::from(encode(&env)?))
+        Ok((Bytes::from(encode(&env)?), window))
     }
 
-    /// One call to one node, its reply decoded.
+    /// One call to one node, within the caller's `window` there, its
+    /// reply decoded (and the node's new window taken).
     async fn exchange<T: DeserializeOwned>(
         &self,
         node: &NodeId,
         method: &str,
         args: Bytes,
         data: Option<BodyStream>,
+        window: Option<Arc<window::Window>>,
     ) -> Result<(T, BodyStream), Sent> {
         let client = self.inner.nodes.get(node).ok_or_else(|| {
             Sent::Store(StoreError::Unavailable(format!(
@@ -194,8 +216,28 @@ impl RemoteStore {
             )))
         })?;
         crate::caller::before_network_wait();
-        match client.call(method, args, data, &self.inner.opts).await {
-            Ok((payload, rest)) => Ok((decode(&payload).map_err(Sent::Store)?, rest)),
+        // One deadline for the wait for a place and the call together.
+        let deadline = tokio::time::Instant::now() + self.inner.opts.deadline;
+        let _slot = match &window {
+            Some(w) => Some(w.enter(deadline).await.ok_or_else(|| {
+                Sent::Store(StoreError::Unavailable(format!(
+                    "store node {node} is busy with this tenant's calls"
+                )))
+            })?),
+            None => None,
+        };
+        let opts = CallOptions {
+            deadline: deadline.saturating_duration_since(tokio::time::Instant::now()),
+            ..self.inner.opts.clone()
+        };
+        match client.call(method, args, data, &opts).await {
+            Ok((payload, rest)) => {
+                let (given, reply) = split_window(&payload).map_err(Sent::Store)?;
+                if let Some(w) = &window {
+                    w.set_limit(given);
+                }
+                Ok((decode(reply).map_err(Sent::Store)?, rest))
+            }
             Err(RpcError::Remote(w)) => match w.code {
                 WireCode::WrongNode { map_version } => Err(Sent::WrongNode(map_version)),
                 _ => Err(Sent::Store(w.into_store())),
@@ -285,6 +327,26 @@ impl RemoteStore {
                     "could not revive a bucket after a failed delete; writes into it fail until the node restarts");
             }
         }
+    }
+}
+
+/// A random id for a client's calls.
+fn client_id() -> u64 {
+    use ring::rand::SecureRandom;
+    let mut raw = [0u8; 8];
+    // A failed generator leaves 0: the client's calls then share the
+    // window entry of every other such sender; nothing else depends on it.
+    let _ = ring::rand::SystemRandom::new().fill(&mut raw);
+    u64::from_be_bytes(raw)
+}
+
+/// The window in front of an answer's payload, and the reply after it.
+fn split_window(payload: &[u8]) -> StoreResult<(u32, &[u8])> {
+    match payload.split_first_chunk::<4>() {
+        Some((w, rest)) => Ok((u32::from_be_bytes(*w), rest)),
+        None => Err(StoreError::Engine(
+            "a store node's answer without its window".into(),
+        )),
     }
 }
 
