@@ -11,7 +11,7 @@
 //! same instant.
 #![no_main]
 
-use laneway_gateway::conditional::{Conditions, Verdict};
+use laneway_gateway::request::conditional::{Conditions, Verdict};
 use libfuzzer_sys::fuzz_target;
 use s3s::dto::{ETag, ETagCondition, Timestamp, TimestampFormat};
 

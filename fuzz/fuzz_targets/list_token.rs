@@ -8,7 +8,7 @@
 //! comes back from `to_marker(from_marker(m))` unchanged.
 #![no_main]
 
-use laneway_gateway::token::{decode, encode, from_marker, to_marker};
+use laneway_gateway::request::token::{decode, encode, from_marker, to_marker};
 use laneway_store::Resume;
 use libfuzzer_sys::fuzz_target;
 

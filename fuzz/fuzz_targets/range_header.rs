@@ -9,8 +9,8 @@
 //! re-formatting it as `bytes=a-b` parses to the same slice.
 #![no_main]
 
-use laneway_gateway::part_copy::parse_copy_range;
-use laneway_gateway::range::{content_range, resolve};
+use laneway_gateway::s3::multipart::part_copy::parse_copy_range;
+use laneway_gateway::request::range::{content_range, resolve};
 use libfuzzer_sys::fuzz_target;
 use s3s::dto::Range;
 

@@ -289,9 +289,9 @@ pub struct ServeConfig {
     /// HTTPS certificate chain and key files (PEM), if TLS is on.
     pub tls: Option<(PathBuf, PathBuf)>,
     /// Base domain of virtual-hosted-style requests, if any.
-    pub domain: Option<crate::vhost::BucketDomain>,
+    pub domain: Option<crate::request::vhost::BucketDomain>,
     /// Connection timeouts and limits.
-    pub conn: crate::conn::ConnConfig,
+    pub conn: crate::server::conn::ConnConfig,
 }
 
 impl ServeArgs {
@@ -361,7 +361,7 @@ impl ServeArgs {
         let domain = self
             .domain
             .as_deref()
-            .map(crate::vhost::BucketDomain::new)
+            .map(crate::request::vhost::BucketDomain::new)
             .transpose()?;
         Ok(ServeConfig {
             cluster: None,
@@ -385,8 +385,8 @@ impl ServeArgs {
         })
     }
 
-    /// The connection flags as a [`crate::conn::ConnConfig`].
-    fn conn_config(&self) -> Result<crate::conn::ConnConfig, String> {
+    /// The connection flags as a [`crate::server::conn::ConnConfig`].
+    fn conn_config(&self) -> Result<crate::server::conn::ConnConfig, String> {
         let secs = |flag: &str, v: u64| {
             if (1..=3600).contains(&v) {
                 Ok(Duration::from_secs(v))
@@ -400,7 +400,7 @@ impl ServeArgs {
                 self.h2_max_streams
             ));
         }
-        Ok(crate::conn::ConnConfig {
+        Ok(crate::server::conn::ConnConfig {
             header_timeout: secs("header-timeout-secs", self.header_timeout_secs)?,
             idle_timeout: secs("idle-timeout-secs", self.idle_timeout_secs)?,
             stall_timeout: secs("stall-timeout-secs", self.stall_timeout_secs)?,

@@ -7,7 +7,7 @@
 
 use clap::Parser;
 use laneway_gateway::config::{Cli, Command};
-use laneway_gateway::serve;
+use laneway_gateway::server::serve;
 use std::process::ExitCode;
 use tracing_subscriber::EnvFilter;
 

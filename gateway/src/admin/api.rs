@@ -10,8 +10,8 @@
 //! and only then the tenant and its keys are removed. A purge that fails
 //! half-way leaves a suspended tenant that can be purged again.
 
-use crate::auth::KeyCache;
 use crate::lanes::LaneState;
+use crate::request::auth::KeyCache;
 use laneway_store::quota::tenant_totals;
 use laneway_store::{ListEntry, ListQuery, Resume, StoreClient, TenantId};
 use laneway_tenancy::{
@@ -88,8 +88,8 @@ impl From<TenancyError> for ApiError {
     }
 }
 
-impl From<crate::error::GwError> for ApiError {
-    fn from(e: crate::error::GwError) -> ApiError {
+impl From<crate::request::error::GwError> for ApiError {
+    fn from(e: crate::request::error::GwError) -> ApiError {
         tracing::error!(error = ?e, "admin request failed in the store");
         internal()
     }
@@ -97,7 +97,7 @@ impl From<crate::error::GwError> for ApiError {
 
 impl From<laneway_store::StoreError> for ApiError {
     fn from(e: laneway_store::StoreError) -> ApiError {
-        crate::error::GwError::Store(e).into()
+        crate::request::error::GwError::Store(e).into()
     }
 }
 
@@ -278,7 +278,7 @@ impl AdminState {
             "open_uploads": totals.uploads,
             "quota_bytes": t.limits.quota_bytes,
             "quota_objects": t.limits.quota_objects,
-            "max_open_uploads": crate::quota::limits(&t.limits).max_open_uploads,
+            "max_open_uploads": crate::request::quota::limits(&t.limits).max_open_uploads,
             "buckets": buckets,
         }))
     }

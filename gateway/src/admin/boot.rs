@@ -10,10 +10,10 @@
 
 use super::api::AdminState;
 use super::server::{AdminToken, serve_admin};
-use crate::auth::KeyCache;
 use crate::config::ServeConfig;
 use crate::lanes::LaneState;
-use crate::serve::ServeError;
+use crate::request::auth::KeyCache;
+use crate::server::serve::ServeError;
 use laneway_store::StoreClient;
 use laneway_tenancy::persist::{create_private_dir, write_private_file};
 use laneway_tenancy::{Bootstrap, InitialKey, Registry, Secret, TenancyError};

@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use crate::metrics::OpSeries;
+use crate::lanes::metrics::OpSeries;
 
 /// s3s's body error type.
 pub type StdError = Box<dyn std::error::Error + Send + Sync>;

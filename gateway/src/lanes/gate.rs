@@ -15,7 +15,7 @@
 //!    cluster's store node: [`laneway_store::caller::before_network_wait`]),
 //!    which gives it back first;
 //! 4. finish the answer's XML document while it is one buffer
-//!    ([`crate::reply::finish`]: error ids, a bare ETag), the refusal's
+//!    ([`crate::request::reply::finish`]: error ids, a bare ETag), the refusal's
 //!    too;
 //! 5. send the response body; the permit is dropped when it ends.
 //!
@@ -54,10 +54,10 @@ use super::body::{ByteStream, Direction, Finish, HeldPermit, PacedBody};
 use super::meter::LaneMeter;
 use super::trust::ConnTrust;
 use super::{ANONYMOUS, LaneState, key, op, slowdown};
-use crate::auth::KeyCache;
-use crate::metrics::OpSeries;
-use crate::reply::{self, Ids};
-use crate::unread::Watched;
+use crate::lanes::metrics::OpSeries;
+use crate::request::auth::KeyCache;
+use crate::request::reply::{self, Ids};
+use crate::server::unread::Watched;
 
 /// The lanes layer: shared state plus the key lookups it needs.
 pub struct LaneGate {

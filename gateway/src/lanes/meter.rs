@@ -17,7 +17,7 @@ use laneway_store::BodyStream;
 use std::io;
 
 use super::body::HeldPermit;
-use crate::metrics::OpSeries;
+use crate::lanes::metrics::OpSeries;
 use std::sync::Arc;
 
 /// The caller's lane and its admission permit, for a handler.

@@ -17,6 +17,7 @@ pub mod body;
 pub mod gate;
 pub mod key;
 pub mod meter;
+pub mod metrics;
 pub mod op;
 pub mod slowdown;
 pub mod sync;
@@ -29,7 +30,7 @@ use laneway_tenancy::Registry;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use crate::metrics::{self, Metrics};
+use metrics::Metrics;
 
 /// The metrics label of requests on unproved connections (their lanes
 /// are `anonymous/N`, see [`trust`]).

@@ -8,7 +8,7 @@
 //! later, and the victim's own requests would find its lane full.
 //!
 //! So trust is per connection. Every connection starts unproved; once s3s
-//! has verified a request's signature and [`crate::auth::TenantAccess`]
+//! has verified a request's signature and [`crate::request::auth::TenantAccess`]
 //! has let it through, the connection remembers that access key
 //! ([`ConnTrust::prove`]). A later request on the same connection that
 //! claims the same key goes to the key's tenant lane; any other request

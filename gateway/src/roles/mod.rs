@@ -2,7 +2,7 @@
 //! node serving its partitions over the cluster RPC; and, for
 //! `laneway gateway`, the registry kept in the catalog instead of a local
 //! file ([`registry`]). The gateway role itself is `serve` with a remote
-//! store client ([`crate::serve`]).
+//! store client ([`crate::server::serve`]).
 
 pub mod node;
 pub mod registry;

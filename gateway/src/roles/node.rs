@@ -76,7 +76,7 @@ impl StoreArgs {
 
 /// Run the node until a shutdown signal.
 pub async fn run(args: StoreArgs) -> Result<(), NodeError> {
-    crate::conn::fds::raise_nofile_limit();
+    crate::server::conn::fds::raise_nofile_limit();
     let map_source = Arc::new(FileMapSource::open(&args.cluster).map_err(cfg_err)?);
     let file = map_source.file();
     let node = NodeId::parse(&args.node).map_err(NodeError::Config)?;
@@ -122,7 +122,7 @@ pub async fn run(args: StoreArgs) -> Result<(), NodeError> {
     })?;
     announce(&node, server.local_addr());
     spawn_lanes_log(lanes_view);
-    crate::serve::shutdown_signal().await;
+    crate::server::serve::shutdown_signal().await;
     tracing::info!("stopping the RPC listener");
     server.stop().await;
     tracing::info!("syncing and closing the store");
