@@ -984,7 +984,7 @@ mod tests {
     async fn a_ready_child_gives_its_address_and_stops_on_sigterm() {
         let dir = tempfile::tempdir().expect("tempdir");
         let script = format!(
-            "echo noise; echo 'laneway store node s1 listening on rpc://127.0.0.1:1234'; {OBEYS_TERM}"
+            "trap 'exit 0' TERM; echo noise; echo 'laneway store node s1 listening on rpc://127.0.0.1:1234'; {OBEYS_TERM}"
         );
         let mut children = vec![fake(
             dir.path(),
@@ -1057,12 +1057,19 @@ mod tests {
     #[tokio::test]
     async fn a_stop_request_ends_the_wait() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut children = vec![fake(dir.path(), "g1", OBEYS_TERM, GATEWAY_READY)];
+        let script = format!("trap 'exit 0' TERM; echo armed; {OBEYS_TERM}");
+        let mut children = vec![fake(dir.path(), "g1", &script, GATEWAY_READY)];
         let (tx, mut rx) = no_stop();
         tx.send(Some("SIGINT")).expect("send");
         let deadline = Instant::now() + Duration::from_secs(30);
         let res = wait_ready(&mut children[0], deadline, &mut rx).await;
         assert_eq!(res, Err(Interrupted::Stop("SIGINT")));
+        // The stop came before the shell set its trap, maybe: a SIGTERM
+        // then would kill it rather than let it exit 0.
+        let armed = Instant::now() + Duration::from_secs(10);
+        while children[0].line_after("armed").is_none() && Instant::now() < armed {
+            std::thread::sleep(POLL);
+        }
         assert!(stop_group(&mut children, Duration::from_secs(10)));
     }
 
