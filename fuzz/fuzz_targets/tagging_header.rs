@@ -9,7 +9,7 @@
 //! `parse_header(encode(tags)) == tags` is checked for it.
 #![no_main]
 
-use laneway_gateway::s3::object::tagging::{MAX_OBJECT_TAGS, from_header, parse_header, validate};
+use laneway_gateway::request::tags::{MAX_OBJECT_TAGS, from_header, parse_header, validate};
 use laneway_store::Tag;
 use libfuzzer_sys::fuzz_target;
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
