@@ -40,7 +40,25 @@ struct Demand {
 /// Every tenant's demand at this node.
 #[derive(Default)]
 pub struct Windows {
-    tenants: Mutex<HashMap<String, Demand>>,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    tenants: HashMap<String, Demand>,
+    /// The weights of the active tenants summed, and when (recounted at
+    /// most every [`RECOUNT_EVERY`], or when a tenant becomes active, so a
+    /// call does not scan every tenant).
+    active: Option<(u64, Instant)>,
+}
+
+/// Longest the active weight sum is reused.
+const RECOUNT_EVERY: Duration = Duration::from_millis(50);
+
+fn is_active(d: &Demand, now: Instant) -> bool {
+    d.gateways
+        .values()
+        .any(|(_, at)| now.duration_since(*at) < ACTIVE_FOR)
 }
 
 impl Windows {
@@ -48,9 +66,10 @@ impl Windows {
     /// window (at least 1).
     pub fn window(&self, caller: &Caller, gateway: u64, backlog: u32) -> u32 {
         let now = Instant::now();
-        let mut tenants = self.tenants.lock();
+        let mut st = self.state.lock();
+        let State { tenants, active } = &mut *st;
         if tenants.len() >= MAX_TENANTS && !tenants.contains_key(&caller.tenant.0) {
-            prune(&mut tenants, now);
+            prune(tenants, now);
         }
         let d = tenants
             .entry(caller.tenant.0.clone())
@@ -58,21 +77,25 @@ impl Windows {
                 weight: caller.weight,
                 gateways: HashMap::new(),
             });
+        let newly_active = !is_active(d, now) || d.weight != caller.weight.max(1);
         d.weight = caller.weight.max(1);
         d.gateways.insert(gateway, (backlog.max(1), now));
-        let active: u64 = tenants
-            .values()
-            .filter(|d| {
-                d.gateways
+        let weight = match *active {
+            Some((w, at)) if !newly_active && now.duration_since(at) < RECOUNT_EVERY => w,
+            _ => {
+                let w = tenants
                     .values()
-                    .any(|(_, at)| now.duration_since(*at) < ACTIVE_FOR)
-            })
-            .map(|d| u64::from(d.weight))
-            .sum();
+                    .filter(|d| is_active(d, now))
+                    .map(|d| u64::from(d.weight))
+                    .sum();
+                *active = Some((w, now));
+                w
+            }
+        };
         let Some(d) = tenants.get(&caller.tenant.0) else {
             return TOTAL;
         };
-        split(d, gateway, active.max(1), now)
+        split(d, gateway, weight.max(1), now)
     }
 }
 
@@ -92,11 +115,7 @@ fn split(d: &Demand, gateway: u64, active_weight: u64, now: Instant) -> u32 {
 /// Forget tenants no gateway reported within [`ACTIVE_FOR`]; if that
 /// frees nothing, forget them all (they are re-learnt on their next call).
 fn prune(tenants: &mut HashMap<String, Demand>, now: Instant) {
-    tenants.retain(|_, d| {
-        d.gateways
-            .values()
-            .any(|(_, at)| now.duration_since(*at) < ACTIVE_FOR)
-    });
+    tenants.retain(|_, d| is_active(d, now));
     if tenants.len() >= MAX_TENANTS {
         tenants.clear();
     }
