@@ -368,6 +368,7 @@ struct Cluster {
     _dir: tempfile::TempDir,
     servers: Vec<Option<RpcServer>>,
     stores: Vec<Arc<Store>>,
+    services: Vec<NodeService>,
     client: RemoteStore,
 }
 
@@ -406,7 +407,7 @@ async fn cluster() -> Cluster {
     };
     let client = RemoteStore::new(&file, Arc::clone(&map), opts).expect("client");
     let secret = file.read_secret().expect("secret");
-    let (mut servers, mut stores) = (Vec::new(), Vec::new());
+    let (mut servers, mut stores, mut services) = (Vec::new(), Vec::new(), Vec::new());
     for (i, listener) in listeners.into_iter().enumerate() {
         let node = NodeId::parse(&format!("store-{}", i + 1)).expect("id");
         let hosted = map.current().hosted_by(&node);
@@ -417,18 +418,20 @@ async fn cluster() -> Cluster {
         let service = NodeService::new(Arc::clone(&store), node, Arc::clone(&map), lanes, peers);
         let server = RpcServer::start(
             listener,
-            Arc::new(service),
+            Arc::new(service.clone()),
             Signer::new(&secret),
             ServerOptions::default(),
         )
         .expect("serve");
         servers.push(Some(server));
         stores.push(store);
+        services.push(service);
     }
     Cluster {
         _dir: dir,
         servers,
         stores,
+        services,
         client,
     }
 }
@@ -495,6 +498,127 @@ async fn a_node_that_is_down_fails_only_its_partitions_and_every_listing() {
         c.client.bucket_usage(b.id).await,
         Err(StoreError::Unavailable(_))
     ));
+    for s in &c.stores {
+        s.shutdown();
+    }
+}
+
+/// A body that sends `first`, then ends in an error (a client gone
+/// mid-upload).
+fn cut_body(first: &[u8]) -> BodyStream {
+    let chunk = bytes::Bytes::copy_from_slice(first);
+    Box::pin(futures::stream::iter(vec![
+        Ok(chunk),
+        Err(std::io::Error::other("client went away")),
+    ]))
+}
+
+/// A body that sends `first`, then never more.
+fn stalled_body(first: &[u8]) -> BodyStream {
+    let chunk = bytes::Bytes::copy_from_slice(first);
+    Box::pin(futures::stream::once(async move { Ok(chunk) }).chain(futures::stream::pending()))
+}
+
+/// Whether every gauge of the cluster is back at zero: the client's
+/// windows for `tenant` at every node, and the units in flight in every
+/// node's lanes.
+fn all_idle(c: &Cluster, tenant: &str) -> bool {
+    let nodes = ["store-1", "store-2", "store-3"];
+    let windows = nodes
+        .iter()
+        .all(|n| c.client.backlog(&NodeId::parse(n).expect("id"), tenant) == 0);
+    let lanes = c.services.iter().all(|s| {
+        s.lanes()
+            .lanes()
+            .snapshot()
+            .tenants
+            .iter()
+            .all(|t| t.in_flight_units == 0)
+    });
+    windows && lanes
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_that_misbehave_leave_no_window_or_lane_held() {
+    let c = cluster().await;
+    let t = tenant();
+    let caller = laneway_store::caller::Caller {
+        tenant: t.clone(),
+        weight: 1,
+    };
+    let b = c
+        .client
+        .create_bucket(&t, "rude", "us-east-1")
+        .await
+        .expect("create");
+    let big = data(200_000, 3);
+    caller
+        .clone()
+        .scope(async {
+            for i in 0..8 {
+                put(&c.client, &b, &format!("k{i}"), &big).await;
+            }
+            // Cut mid-body: the upload fails and stores nothing.
+            for i in 0..8 {
+                let key = format!("cut{i}");
+                let r = c
+                    .client
+                    .put_object(
+                        &b,
+                        &key,
+                        Default::default(),
+                        opts(big.len()),
+                        cut_body(&big[..1000]),
+                        WriteCond::None,
+                    )
+                    .await;
+                assert!(r.is_err(), "a cut body must not be stored");
+                assert!(matches!(
+                    c.client.head_object(&b, &key).await,
+                    Err(StoreError::NoSuchKey)
+                ));
+            }
+            // Stalled mid-body, then abandoned (the gateway's client left).
+            for i in 0..8 {
+                let key = format!("stall{i}");
+                let put = c.client.put_object(
+                    &b,
+                    &key,
+                    Default::default(),
+                    opts(big.len()),
+                    stalled_body(&big[..1000]),
+                    WriteCond::None,
+                );
+                assert!(
+                    tokio::time::timeout(Duration::from_millis(200), put)
+                        .await
+                        .is_err()
+                );
+            }
+            // Bodies asked for and never read, or read halfway and dropped.
+            for i in 0..8 {
+                let (_, mut body) = c
+                    .client
+                    .get_object(&b, &format!("k{i}"), None)
+                    .await
+                    .expect("get");
+                if i % 2 == 0 {
+                    let _ = body.next().await;
+                }
+                drop(body);
+            }
+        })
+        .await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !all_idle(&c, &t.0) && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        all_idle(&c, &t.0),
+        "a window or a lane is still held after the callers left"
+    );
+    let usage = c.client.bucket_usage(b.id).await.expect("usage");
+    assert_eq!(usage.objects, 8, "only the whole uploads are stored");
     for s in &c.stores {
         s.shutdown();
     }

@@ -125,6 +125,12 @@ impl RemoteStore {
         out
     }
 
+    /// `tenant`'s calls to `node` in flight or waiting for its window
+    /// (0 once every call has ended, however it ended).
+    pub fn backlog(&self, node: &NodeId, tenant: &str) -> u32 {
+        self.inner.windows.of(node, tenant).backlog()
+    }
+
     /// Ask node `node` to answer `call` (liveness probes, per-node steps).
     pub async fn call_node<T: DeserializeOwned>(
         &self,
