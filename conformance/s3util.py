@@ -117,3 +117,45 @@ def capture_request_headers(client, operation: str) -> list[dict]:
 
     client.meta.events.register(f"before-send.s3.{operation}", capture)
     return seen
+
+
+TAG_FILTER = "x-laneway-tag-filter"
+
+
+def tag_filter_text(conds: dict[str, Optional[str]]) -> str:
+    """The `x-laneway-tag-filter` text of {key: value, key: None (exists)}."""
+    from urllib.parse import quote_plus
+
+    return "&".join(quote_plus(k) if v is None else f"{quote_plus(k)}={quote_plus(v)}" for k, v in conds.items())
+
+
+class tag_filter:
+    """Context manager: while active, every ListObjectsV2 / ListObjects /
+    ListObjectVersions call of `client` (paginators too) lists by tag.
+    `how="header"` adds the header, `how="query"` the query parameter;
+    both go in before SigV4 signs the request (event `before-sign`)."""
+
+    OPS = ("ListObjectsV2", "ListObjects", "ListObjectVersions")
+
+    def __init__(self, client, conds: dict[str, Optional[str]] | str, how: str = "header"):
+        self.client = client
+        self.text = conds if isinstance(conds, str) else tag_filter_text(conds)
+        self.how = how
+
+    def _add(self, request, **_kwargs) -> None:
+        from urllib.parse import quote
+
+        if self.how == "header":
+            request.headers[TAG_FILTER] = self.text
+        else:
+            sep = "&" if "?" in request.url else "?"
+            request.url += f"{sep}{TAG_FILTER}={quote(self.text, safe='')}"
+
+    def __enter__(self):
+        for op in self.OPS:
+            self.client.meta.events.register(f"before-sign.s3.{op}", self._add, unique_id=f"tf-{op}-{id(self)}")
+        return self.client
+
+    def __exit__(self, *exc) -> None:
+        for op in self.OPS:
+            self.client.meta.events.unregister(f"before-sign.s3.{op}", unique_id=f"tf-{op}-{id(self)}")

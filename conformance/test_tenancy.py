@@ -17,6 +17,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from conftest import admin_env
+from s3util import tag_filter
 
 pytestmark = pytest.mark.skipif(
     bool(os.environ.get("LANEWAY_ENDPOINT")), reason="starts its own laneway; not with LANEWAY_ENDPOINT"
@@ -53,6 +54,11 @@ def world(env):
     }
 
 
+def _list_by_tag(client, bucket: str):
+    with tag_filter(client, {"t": "v"}):
+        return client.list_objects_v2(Bucket=bucket)
+
+
 def operations(bucket: str, upload: str):
     """(name, callable(client)) for every operation laneway serves, aimed
     at `bucket` (copy sources and destinations both in it)."""
@@ -72,6 +78,7 @@ def operations(bucket: str, upload: str):
         ("ListObjectsV2", lambda c: c.list_objects_v2(Bucket=bucket)),
         ("ListObjects", lambda c: c.list_objects(Bucket=bucket)),
         ("ListObjectVersions", lambda c: c.list_object_versions(Bucket=bucket)),
+        ("ListObjectsV2ByTag", lambda c: _list_by_tag(c, bucket)),
         ("PutObjectTagging", lambda c: c.put_object_tagging(Bucket=bucket, Key="k", Tagging=tags)),
         ("GetObjectTagging", lambda c: c.get_object_tagging(Bucket=bucket, Key="k")),
         ("DeleteObjectTagging", lambda c: c.delete_object_tagging(Bucket=bucket, Key="k")),

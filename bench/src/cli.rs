@@ -41,6 +41,9 @@ pub enum Mode {
     List(ListArgs),
     /// Creates N objects as fast as possible.
     Fill(FillArgs),
+    /// Builds a big bucket through the store API in process (no HTTP):
+    /// the data dir must not be served meanwhile.
+    Load(crate::storeload::StoreLoadArgs),
     /// Same client and workload against an in-process do-nothing server.
     Null(NullArgs),
     /// 4 KiB append + fdatasync loop: durable appends per second.
@@ -151,6 +154,10 @@ pub struct ListArgs {
     /// First-page requests to time.
     #[arg(long, default_value_t = 50)]
     pub first_page_samples: u32,
+    /// List by tag: only objects with these tags (`k=v&k2`, sent as
+    /// `x-laneway-tag-filter`).
+    #[arg(long)]
+    pub tag_filter: Option<String>,
 }
 
 /// Arguments of `fill`.

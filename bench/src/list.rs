@@ -35,6 +35,8 @@ pub struct ListBench {
     pub rounds: u32,
     /// First-page requests to time.
     pub first_page_samples: u32,
+    /// Only objects with these tags (`x-laneway-tag-filter`).
+    pub tag_filter: Option<String>,
 }
 
 /// One full walk.
@@ -63,6 +65,7 @@ impl ListBench {
             delimiter: self.delimiter.as_deref(),
             continuation_token: token,
             max_keys: Some(self.page_size),
+            tag_filter: self.tag_filter.as_deref(),
         }
     }
 }

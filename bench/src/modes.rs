@@ -33,6 +33,7 @@ pub async fn run(mode: Mode) -> Result<(), String> {
         Mode::Mixed(a) => mixed(a).await,
         Mode::List(a) => list_mode(a).await,
         Mode::Fill(a) => fill_mode(a).await,
+        Mode::Load(a) => crate::storeload::run(a).await,
         Mode::Null(a) => null_mode(a).await,
         Mode::Fsync(a) => fsync_mode(a).await,
         Mode::Tenants(a) => crate::tenants::run_mode(a).await,
@@ -195,6 +196,7 @@ async fn list_mode(a: ListArgs) -> Result<(), String> {
         page_size: a.page_size.max(1),
         rounds: a.rounds.max(1),
         first_page_samples: a.first_page_samples,
+        tag_filter: a.tag_filter,
     };
     println!("# laneway-bench list");
     println!("{}", machine());

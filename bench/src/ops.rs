@@ -23,6 +23,8 @@ pub struct PutOptions {
     pub content_type: Option<String>,
     /// User metadata, sent as `x-amz-meta-<name>: <value>`.
     pub metadata: Vec<(String, String)>,
+    /// Tags, as the `x-amz-tagging` header (`k=v&k2=v2`, URL-encoded).
+    pub tagging: Option<String>,
 }
 
 /// The parts of a ListObjectsV2 request.
@@ -36,6 +38,9 @@ pub struct ListRequest<'a> {
     pub continuation_token: Option<&'a str>,
     /// Page size (server default if `None`).
     pub max_keys: Option<u32>,
+    /// Only objects with these tags (`x-laneway-tag-filter`, the
+    /// `k=v&k2` form).
+    pub tag_filter: Option<&'a str>,
 }
 
 /// An object read in full.
@@ -115,6 +120,9 @@ fn put_headers(opts: &PutOptions) -> Result<Vec<(HeaderName, String)>, ClientErr
         let name = HeaderName::from_bytes(full.as_bytes())
             .map_err(|_| ClientError::InvalidRequest(format!("bad metadata name {name:?}")))?;
         headers.push((name, value.clone()));
+    }
+    if let Some(t) = &opts.tagging {
+        headers.push((HeaderName::from_static("x-amz-tagging"), t.clone()));
     }
     Ok(headers)
 }
@@ -328,6 +336,9 @@ fn list_query(list: &ListRequest<'_>) -> String {
     if let Some(p) = list.prefix {
         add("prefix", p);
     }
+    if let Some(f) = list.tag_filter {
+        add("x-laneway-tag-filter", f);
+    }
     query
 }
 
@@ -363,10 +374,12 @@ mod tests {
             delimiter: Some("/"),
             continuation_token: Some("t+k="),
             max_keys: Some(1000),
+            tag_filter: Some("split=train"),
         };
         assert_eq!(
             list_query(&list),
-            "list-type=2&continuation-token=t%2Bk%3D&delimiter=%2F&max-keys=1000&prefix=a%20b%2F"
+            "list-type=2&continuation-token=t%2Bk%3D&delimiter=%2F&max-keys=1000&prefix=a%20b%2F\
+             &x-laneway-tag-filter=split%3Dtrain"
         );
     }
 
@@ -384,6 +397,7 @@ mod tests {
         let opts = PutOptions {
             content_type: Some("text/plain".into()),
             metadata: vec![("Gen".into(), "7".into())],
+            tagging: Some("a=1".into()),
         };
         let headers = put_headers(&opts).expect("valid");
         assert_eq!(headers[1].0.as_str(), "x-amz-meta-gen");
@@ -391,6 +405,7 @@ mod tests {
             put_headers(&PutOptions {
                 content_type: None,
                 metadata: vec![("bad name".into(), String::new())],
+                tagging: None,
             })
             .is_err()
         );

@@ -36,6 +36,9 @@ pub enum Command {
     /// Manage tenants and access keys through the admin API of a running
     /// `laneway serve`.
     Admin(crate::admin::cli::AdminArgs),
+    /// List by tag and run bulk tagging jobs, as a tenant (signed S3
+    /// requests; credentials from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY).
+    Tags(crate::tagcli::TagsArgs),
     /// Write and check cluster files (the store nodes and the partition
     /// map; docs/architecture.md, "Cluster").
     Cluster(crate::cluster::cli::ClusterArgs),
@@ -472,7 +475,9 @@ mod tests {
         match cli.command {
             Command::Serve(a) => a.validate(),
             Command::Gateway(a) => a.validate(),
-            Command::Admin(_) | Command::Cluster(_) | Command::Store(_) => Err("not serve".into()),
+            Command::Admin(_) | Command::Cluster(_) | Command::Store(_) | Command::Tags(_) => {
+                Err("not serve".into())
+            }
         }
     }
 

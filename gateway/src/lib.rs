@@ -23,6 +23,9 @@
 //!   `/metrics` request metrics ([`lanes::metrics`])
 //! - [`admin`], the tenant provisioning API (and `/metrics`) and its CLI
 //!   client
+//! - [`jobs`], bulk tagging jobs (`?x-laneway-tagging-jobs`), a route of
+//!   their own beside the S3 operations
+//! - [`tagcli`], `laneway tags`: list by tag and bulk jobs from the shell
 //! - [`roles`], the cluster roles (`laneway store`, `laneway gateway`)
 //! - [`cluster`], cluster files and `laneway cluster local`
 //! - [`config`], the command line and environment of the `laneway` binary
@@ -30,10 +33,12 @@
 pub mod admin;
 pub mod cluster;
 pub mod config;
+pub mod jobs;
 pub mod lanes;
 pub mod request;
 pub mod roles;
 pub mod s3;
 pub mod server;
+pub mod tagcli;
 
 pub use request::context::Gateway;

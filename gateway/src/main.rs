@@ -37,6 +37,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Admin(args) => laneway_gateway::admin::cli::run(args),
         Command::Cluster(args) => laneway_gateway::cluster::cli::run(args),
+        Command::Tags(args) => laneway_gateway::tagcli::run(args),
         Command::Store(args) => {
             init_tracing(args.log());
             match runtime().map(|rt| rt.block_on(laneway_gateway::roles::node::run(args))) {

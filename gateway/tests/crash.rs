@@ -14,7 +14,10 @@
 //! acknowledged must exist; and the full ListObjectsV2 listing must hold
 //! exactly the keys that exist, each of which must GET. What a restart
 //! shows becomes the new baseline, since after a process crash the data
-//! directory is all there is.
+//! directory is all there is. Every generation is stored with the tag
+//! `g=<generation mod 3>`, and after each restart the listing by each of
+//! the three tags must hold exactly the keys whose generation has it: the
+//! tag index never disagrees with the records after a crash.
 //!
 //! Object bytes are recomputed from (key, generation) by
 //! `laneway_bench::content`, so the test holds no copies of what it wrote.
@@ -92,7 +95,13 @@ fn put_options(key: &str, generation: u64) -> PutOptions {
                 format!("{:016x}", fnv1a(key.as_bytes())),
             ),
         ],
+        tagging: Some(tag_of(generation)),
     }
+}
+
+/// The tag (`x-amz-tagging` form) of a generation.
+fn tag_of(generation: u64) -> String {
+    format!("g={}", generation % 3)
 }
 
 // ---------------------------------------------------------------- server
@@ -283,14 +292,16 @@ async fn check_key(client: &S3Client, key: &str, st: &KeyState) -> Result<Option
     Ok(Some(generation))
 }
 
-/// Every key ListObjectsV2 returns for the bucket, following tokens.
-async fn list_all(client: &S3Client) -> Result<Vec<String>, ClientError> {
+/// Every key ListObjectsV2 returns for the bucket (with `tag_filter`,
+/// only those with the tags), following tokens.
+async fn list_all(client: &S3Client, tag_filter: Option<&str>) -> Result<Vec<String>, ClientError> {
     let mut keys = Vec::new();
     let mut token: Option<String> = None;
     for _ in 0..10_000 {
         let req = ListRequest {
             continuation_token: token.as_deref(),
             max_keys: Some(7),
+            tag_filter,
             ..ListRequest::default()
         };
         let page = client.list_objects_v2(BUCKET, &req).await?;
@@ -486,8 +497,25 @@ async fn verify_listing_total(client: &S3Client, models: &[Model]) -> Vec<String
         .filter(|(_, st)| st.acked.is_some())
         .map(|(k, _)| k.clone())
         .collect();
-    match list_all(client).await {
+    let mut problems = match list_all(client, None).await {
         Ok(listed) => check_listing(client, &listed, &present).await,
         Err(e) => vec![format!("ListObjectsV2: {e}")],
+    };
+    for v in 0..3 {
+        let tag = tag_of(v);
+        let want: BTreeSet<String> = models
+            .iter()
+            .flat_map(|m| m.iter())
+            .filter(|(_, st)| st.acked.is_some_and(|g| g % 3 == v))
+            .map(|(k, _)| k.clone())
+            .collect();
+        match list_all(client, Some(&tag)).await {
+            Ok(listed) if listed.iter().cloned().collect::<BTreeSet<_>>() == want => {}
+            Ok(listed) => problems.push(format!(
+                "listing by tag {tag} holds {listed:?}, the records say {want:?}"
+            )),
+            Err(e) => problems.push(format!("ListObjectsV2 by tag {tag}: {e}")),
+        }
     }
+    problems
 }

@@ -134,6 +134,7 @@ async fn exercise(client: &S3Client) {
             delimiter: None,
             continuation_token: token.as_deref(),
             max_keys: Some(2),
+            tag_filter: None,
         };
         let page = client
             .list_objects_v2("serve-test", &list)

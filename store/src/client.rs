@@ -22,6 +22,7 @@ use crate::multipart::{ListedPart, PartInfo, Pending, UploadChecksum};
 use crate::quota::{QuotaAsk, QuotaHold, QuotaLimits, Quotas};
 use crate::record::{Checksum, ObjectInfo, ObjectMeta, Tag, Usage};
 use crate::store::{BodyStream, BucketInfo, GetRange, PutOptions, Store};
+use crate::tagindex::{EditCounts, TagEdit};
 use crate::uploads::{ObjectPart, UploadPage, UploadQuery};
 use futures::future::BoxFuture;
 use std::sync::Arc;
@@ -88,6 +89,13 @@ pub trait StoreClient: Send + Sync {
         key: &'a str,
         tags: Vec<Tag>,
     ) -> Fut<'a, ()>;
+    /// Apply a bulk tag edit to `keys` (each where its filter matches).
+    fn edit_tags<'a>(
+        &'a self,
+        bucket: &'a BucketInfo,
+        keys: Vec<String>,
+        edit: TagEdit,
+    ) -> Fut<'a, EditCounts>;
     /// Replace the client metadata (and optionally tags) of `key` in place.
     fn replace_object_meta<'a>(
         &'a self,
@@ -319,6 +327,15 @@ impl StoreClient for LocalStore {
         tags: Vec<Tag>,
     ) -> Fut<'a, ()> {
         Box::pin(self.store.put_object_tags(bucket, key, tags))
+    }
+
+    fn edit_tags<'a>(
+        &'a self,
+        bucket: &'a BucketInfo,
+        keys: Vec<String>,
+        edit: TagEdit,
+    ) -> Fut<'a, EditCounts> {
+        Box::pin(self.store.edit_tags(bucket, keys, edit))
     }
 
     fn replace_object_meta<'a>(

@@ -87,6 +87,16 @@ pub enum Op {
         /// New tag set.
         tags: Vec<Tag>,
     },
+    /// Apply a bulk tag edit to some objects of one partition (each where
+    /// its filter matches), all in this round.
+    EditTags {
+        /// Bucket.
+        bucket: BucketId,
+        /// Object keys (all of this partition).
+        keys: Vec<String>,
+        /// The edit.
+        edit: std::sync::Arc<crate::tagindex::TagEdit>,
+    },
     /// Replace an object's client metadata (and optionally tags) in place.
     ReplaceMeta {
         /// Bucket.
@@ -180,6 +190,8 @@ pub enum Outcome {
     Relocated(bool),
     /// A multipart mutation's result.
     Multipart(crate::multipart::MpOutcome),
+    /// What a bulk tag edit did, per key.
+    Edited(Vec<crate::tagindex::Edited>),
 }
 
 /// A queued request.
@@ -281,6 +293,24 @@ impl<'a> Round<'a> {
         }
     }
 
+    /// Queue the change of object `key` from `old` to `new` (a put, or a
+    /// delete when `new` is `None`) with the tag index rows it changes.
+    pub(crate) fn set_object(
+        &mut self,
+        bucket: BucketId,
+        key: &str,
+        old: Option<&StoredObject>,
+        new: Option<&StoredObject>,
+    ) {
+        for (row, value) in crate::tagindex::reindex(bucket, key, old, new) {
+            self.overlay.insert(row, value);
+        }
+        self.overlay.insert(
+            object_key(bucket, key.as_bytes()),
+            new.map(StoredObject::encode),
+        );
+    }
+
     /// Queue a put of a raw row.
     pub(crate) fn set(&mut self, key: Vec<u8>, value: Option<Vec<u8>>) {
         self.overlay.insert(key, value);
@@ -298,7 +328,7 @@ impl<'a> Round<'a> {
                 let old = self.current(&ikey)?;
                 check_cond(&cond, old.as_ref())?;
                 self.account(bucket, old.as_ref(), Some(&record));
-                self.overlay.insert(ikey, Some(record.encode()));
+                self.set_object(bucket, &key, old.as_ref(), Some(&record));
                 Ok(Outcome::Put(old))
             }
             Op::Delete { bucket, key } => {
@@ -307,10 +337,17 @@ impl<'a> Round<'a> {
                     return Ok(Outcome::Deleted(false));
                 };
                 self.account(bucket, Some(&old), None);
-                self.overlay.insert(ikey, None);
+                self.set_object(bucket, &key, Some(&old), None);
                 Ok(Outcome::Deleted(true))
             }
             Op::SetTags { bucket, key, tags } => self.update(bucket, &key, |r| r.tags = tags),
+            Op::EditTags { bucket, keys, edit } => {
+                let edited = keys
+                    .iter()
+                    .map(|k| self.edit_tags(bucket, k, &edit))
+                    .collect::<StoreResult<Vec<_>>>()?;
+                Ok(Outcome::Edited(edited))
+            }
             Op::ReplaceMeta {
                 bucket,
                 key,
@@ -336,10 +373,36 @@ impl<'a> Round<'a> {
         f: impl FnOnce(&mut StoredObject),
     ) -> StoreResult<Outcome> {
         let ikey = object_key(bucket, key.as_bytes());
-        let mut rec = self.current(&ikey)?.ok_or(StoreError::NoSuchKey)?;
+        let old = self.current(&ikey)?.ok_or(StoreError::NoSuchKey)?;
+        let mut rec = old.clone();
         f(&mut rec);
-        self.overlay.insert(ikey, Some(rec.encode()));
+        self.set_object(bucket, key, Some(&old), Some(&rec));
         Ok(Outcome::Updated(rec))
+    }
+
+    fn edit_tags(
+        &mut self,
+        bucket: BucketId,
+        key: &str,
+        edit: &crate::tagindex::TagEdit,
+    ) -> StoreResult<crate::tagindex::Edited> {
+        use crate::tagindex::{Edited, MAX_OBJECT_TAGS};
+        let Some(old) = self.current(&object_key(bucket, key.as_bytes()))? else {
+            return Ok(Edited::Skipped);
+        };
+        let Some(tags) = edit.apply(&old.tags) else {
+            return Ok(Edited::Skipped);
+        };
+        if tags == old.tags {
+            return Ok(Edited::Unchanged);
+        }
+        if tags.len() > MAX_OBJECT_TAGS {
+            return Ok(Edited::TooManyTags);
+        }
+        let mut rec = old.clone();
+        rec.tags = tags;
+        self.set_object(bucket, key, Some(&old), Some(&rec));
+        Ok(Edited::Changed)
     }
 
     fn relocate(
@@ -361,7 +424,7 @@ impl<'a> Round<'a> {
                 new.data = data;
                 // Same object, same size: only the segment counters move.
                 self.account(bucket, Some(&old), Some(&new));
-                self.overlay.insert(ikey, Some(new.encode()));
+                self.set_object(bucket, &key, Some(&old), Some(&new));
                 Ok(Outcome::Relocated(true))
             }
             RelocTarget::Part { upload, part } => {

@@ -41,6 +41,7 @@ pub mod remote;
 pub mod rpc;
 pub mod space;
 pub mod store;
+pub mod tagindex;
 pub mod uploads;
 pub mod volume;
 
@@ -59,4 +60,5 @@ pub use quota::{QuotaAsk, QuotaHold, QuotaLimits, Quotas, Reservation};
 pub use record::{Checksum, ObjectInfo, ObjectMeta, Tag};
 pub use space::DiskReserve;
 pub use store::{BodyStream, BucketInfo, ChecksumSpec, GetRange, PutOptions, Store, StoreConfig};
+pub use tagindex::{EditCounts, TagCond, TagEdit};
 pub use uploads::{ObjectPart, UploadEntry, UploadPage, UploadQuery};

@@ -125,6 +125,10 @@ impl Partition {
         std::fs::create_dir_all(&index_dir)?;
         let index: Arc<dyn MetaIndex> = Arc::from(open_index_with(engine, &index_dir, mem)?);
         let volumes = Arc::new(VolumeSet::open(&root.join("volumes"), cfg.segment_max)?);
+        let indexed = crate::tagindex::backfill(&*index)?;
+        if indexed > 0 {
+            tracing::info!(partition = %id, objects = indexed, "built the tag index of a partition written before it existed");
+        }
         let (tx, thread) = commit::spawn(
             format!("commit-{id}"),
             Arc::clone(&index),
@@ -445,6 +449,22 @@ impl Partition {
             .await?
         {
             Outcome::Deleted(existed) => Ok(existed),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Apply a bulk tag edit to `keys` (all of this partition) in one round.
+    pub async fn edit_tags(
+        &self,
+        bucket: BucketId,
+        keys: Vec<String>,
+        edit: Arc<crate::tagindex::TagEdit>,
+    ) -> StoreResult<Vec<crate::tagindex::Edited>> {
+        match self
+            .submit(Op::EditTags { bucket, keys, edit }, Vec::new())
+            .await?
+        {
+            Outcome::Edited(e) => Ok(e),
             other => Err(unexpected(&other)),
         }
     }

@@ -408,6 +408,32 @@ impl Store {
             .await
     }
 
+    /// Apply a bulk tag edit to `keys` of `bucket`: one commit round per
+    /// partition, the partitions in parallel. Every key must be hosted here.
+    pub async fn edit_tags(
+        &self,
+        bucket: &BucketInfo,
+        keys: Vec<String>,
+        edit: crate::tagindex::TagEdit,
+    ) -> StoreResult<crate::tagindex::EditCounts> {
+        let edit = Arc::new(edit);
+        let mut by_partition: std::collections::BTreeMap<u32, Vec<String>> = Default::default();
+        for key in keys {
+            let p = crate::hash::partition_of(bucket.id, key.as_bytes(), self.total);
+            by_partition.entry(p.0).or_default().push(key);
+        }
+        let mut rounds = Vec::with_capacity(by_partition.len());
+        for (p, keys) in by_partition {
+            let part = self.partition(crate::ids::PartitionId(p))?;
+            rounds.push(part.edit_tags(bucket.id, keys, Arc::clone(&edit)));
+        }
+        let mut counts = crate::tagindex::EditCounts::default();
+        for edited in futures::future::try_join_all(rounds).await? {
+            edited.into_iter().for_each(|e| counts.add(e));
+        }
+        Ok(counts)
+    }
+
     /// Replace the client metadata of `key` in place (self-copy with
     /// REPLACE directive): no data is copied.
     pub async fn replace_object_meta(

@@ -76,6 +76,7 @@ async fn list_keys(c: &dyn StoreClient, b: &BucketInfo, page: usize) -> Vec<Stri
     let mut resume = Resume::Start;
     loop {
         let q = ListQuery {
+            tags: Vec::new(),
             prefix: String::new(),
             delimiter: None,
             resume: resume.clone(),
@@ -129,6 +130,7 @@ async fn objects_and_buckets(c: &dyn StoreClient) {
         "paged listing over every partition"
     );
     let roll = ListQuery {
+        tags: Vec::new(),
         prefix: String::new(),
         delimiter: Some("/".into()),
         resume: Resume::Start,
@@ -485,6 +487,7 @@ async fn a_node_that_is_down_fails_only_its_partitions_and_every_listing() {
         "keys on both sides ({failed} failed, {served} served)"
     );
     let q = ListQuery {
+        tags: Vec::new(),
         prefix: String::new(),
         delimiter: None,
         resume: Resume::Start,

@@ -166,6 +166,7 @@ async fn grouped_sources_merge_the_same_pages_in_a_few_calls_per_group() {
         let mut resume = Resume::Start;
         loop {
             let q = laneway_store::ListQuery {
+                tags: Vec::new(),
                 prefix: prefix.into(),
                 delimiter: delimiter.map(str::to_string),
                 resume: resume.clone(),

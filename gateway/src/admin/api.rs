@@ -322,6 +322,7 @@ async fn purge_bucket(
 ) -> Result<(), ApiError> {
     loop {
         let query = ListQuery {
+            tags: Vec::new(),
             prefix: String::new(),
             delimiter: None,
             resume: Resume::Start,

@@ -136,6 +136,35 @@ pub fn authorize(grant: &Grant, op: &opclass::OpClass) -> Result<(), GwError> {
     Ok(())
 }
 
+/// For a request whose signature s3s verified with `access_key`'s secret:
+/// check that its key may run `op`, and put its tenant, bucket scope and
+/// limits into the request's extensions (where [`crate::request::context::ReqCtx::of`] finds them).
+/// The one place both S3 operations and laneway's own routes are let in.
+pub fn grant_request(
+    keys: &KeyCache,
+    access_key: &str,
+    op: &opclass::OpClass,
+    ext: &mut http::Extensions,
+) -> Result<Arc<Grant>, GwError> {
+    let Some(grant) = keys.get(access_key) else {
+        return Err(GwError::InvalidAccessKeyId);
+    };
+    let tenant = TenantId(grant.tenant.id.clone());
+    if let Some(info) = ext.get::<RequestInfo>() {
+        info.span.record("tenant", tenant.as_str());
+    }
+    authorize(&grant, op)?;
+    if let Some(trust) = ext.get::<Arc<ConnTrust>>() {
+        // s3s verified the signature before calling us: this connection
+        // holds the key's secret.
+        trust.prove(&grant.key.access_key);
+    }
+    ext.insert(Tenant(tenant));
+    ext.insert(KeyScope(grant.key.buckets.clone().map(Arc::from)));
+    ext.insert::<Limits>(grant.tenant.limits.clone());
+    Ok(grant)
+}
+
 #[async_trait::async_trait]
 impl S3Access for TenantAccess {
     async fn check(&self, cx: &mut S3AccessContext<'_>) -> S3Result<()> {
@@ -147,25 +176,9 @@ impl S3Access for TenantAccess {
             cx.uri().query(),
             time::OffsetDateTime::now_utc(),
         )?;
-        let Some(grant) = self.keys.get(&cred.access_key) else {
-            return Err(GwError::InvalidAccessKeyId.into());
-        };
+        let access_key = cred.access_key.clone();
         let op = opclass::classify(cx.s3_op().name(), cx.s3_path(), cx.headers());
-        let tenant = TenantId(grant.tenant.id.clone());
-        if let Some(info) = cx.extensions_mut().get::<RequestInfo>() {
-            info.span.record("tenant", tenant.as_str());
-        }
-        authorize(&grant, &op)?;
-        if let Some(trust) = cx.extensions_mut().get::<Arc<ConnTrust>>() {
-            // s3s verified the signature before calling us: this
-            // connection holds the key's secret.
-            trust.prove(&grant.key.access_key);
-        }
-        let scope = KeyScope(grant.key.buckets.clone().map(Arc::from));
-        let ext = cx.extensions_mut();
-        ext.insert(Tenant(tenant));
-        ext.insert(scope);
-        ext.insert::<Limits>(grant.tenant.limits.clone());
+        grant_request(&self.keys, &access_key, &op, cx.extensions_mut())?;
         Ok(())
     }
 }

@@ -11,7 +11,8 @@
 //!   virtual-hosted-style bucket addressing
 //! - [`upload`], what every write shares (size limit, Content-Length,
 //!   Content-MD5, write preconditions); [`canned_acl`] `x-amz-acl` on
-//!   writes; [`tags`] tag rules and the `x-amz-tagging` header
+//!   writes; [`tags`] tag rules and the `x-amz-tagging` header;
+//!   [`tag_filter`] the tag filter of a listing
 //! - [`copy_source`], the source of CopyObject and UploadPartCopy
 //! - [`parts`], part numbers, part-listing pages, part checksums
 //! - [`meta`], metadata headers, time and size conversions
@@ -39,6 +40,7 @@ pub mod presign;
 pub mod quota;
 pub mod range;
 pub mod reply;
+pub mod tag_filter;
 pub mod tags;
 pub mod token;
 pub mod upload;

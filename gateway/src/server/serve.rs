@@ -215,11 +215,17 @@ async fn serve_client(
     registry: boot::RegistryAt,
 ) -> Result<(), ServeError> {
     let lanes = Arc::new(LaneState::new(cfg.lanes.clone()));
+    let runner = match registry {
+        boot::RegistryAt::DataDir => "serve".to_string(),
+        _ => crate::jobs::runner::random_id(),
+    };
     let tenancy = boot::start(cfg, Arc::clone(&local), Arc::clone(&lanes), registry).await?;
     print_banner(cfg, &tenancy, addr);
     tracing::info!(%addr, data_dir = %cfg.data_dir.display(), region = %cfg.region, "laneway serving");
+    let jobs = crate::jobs::Jobs::new(Arc::clone(&local), Arc::clone(&lanes), runner);
+    jobs.start();
     let shared = Shared {
-        service: build_service(local, cfg, &tenancy.keys),
+        service: build_service(local, cfg, &tenancy.keys, jobs.clone()),
         gate: Arc::new(LaneGate::new(lanes, Arc::clone(&tenancy.keys))),
         ids: Arc::new(RequestIds::new()),
         forms: Arc::new(FormGate::new(
@@ -229,8 +235,13 @@ async fn serve_client(
         stall: cfg.conn.stall_timeout,
     };
     accept_until_signal(listener, shared, connection_table(cfg), cfg).await;
+    // Runners stop after their page; their jobs resume on the next start.
+    jobs.stop(JOBS_STOP_WAIT).await;
     Ok(())
 }
+
+/// Longest a shutdown waits for tagging jobs to finish their page.
+const JOBS_STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The connection table: `--max-connections`, or what the open-files
 /// limit leaves once the store is open ([`conn::fds`]).
@@ -274,8 +285,11 @@ fn build_service(
     store: Arc<dyn laneway_store::StoreClient>,
     cfg: &ServeConfig,
     keys: &Arc<KeyCache>,
+    jobs: crate::jobs::Jobs,
 ) -> S3Service {
-    let mut builder = S3ServiceBuilder::new(Gateway::new(store, cfg.region.clone()));
+    let gw = Gateway::new(store, cfg.region.clone());
+    let mut builder = S3ServiceBuilder::new(gw.clone());
+    builder.set_route(crate::jobs::JobsRoute::new(gw, jobs, Arc::clone(keys)));
     if let Some(domain) = &cfg.domain {
         builder.set_host(domain.clone());
     }

@@ -169,8 +169,7 @@ impl<'a> Merge<'a> {
     /// holds fewer than `low` entries; queue the fronts of those that were
     /// empty.
     async fn refill(&mut self, g: usize, low: usize) -> StoreResult<()> {
-        let batch = self.batch;
-        let members: Vec<usize> = self.groups[g]
+        let mut members: Vec<usize> = self.groups[g]
             .iter()
             .copied()
             .filter(|&i| {
@@ -178,9 +177,22 @@ impl<'a> Merge<'a> {
                 c.next.is_some() && (c.buf.is_empty() || c.buf.len() < low)
             })
             .collect();
-        if members.is_empty() {
-            return Ok(());
+        // A filtered run may come back empty with more to read (it stopped
+        // at its bound of rows examined): ask again until each cursor has
+        // an entry or is done, or the merge would lose it.
+        while !members.is_empty() {
+            self.fetch_into(&members).await?;
+            members.retain(|&i| {
+                let c = &self.cursors[i];
+                c.buf.is_empty() && c.next.is_some()
+            });
         }
+        Ok(())
+    }
+
+    /// One fetch of the next runs of `members` (all of one group).
+    async fn fetch_into(&mut self, members: &[usize]) -> StoreResult<()> {
+        let batch = self.batch;
         let reqs: Vec<RunRequest> = members
             .iter()
             .map(|&i| {
@@ -199,7 +211,7 @@ impl<'a> Merge<'a> {
                 "a list source answered the wrong number of runs".into(),
             ));
         }
-        for (i, run) in members.into_iter().zip(runs) {
+        for (&i, run) in members.iter().zip(runs) {
             let c = &mut self.cursors[i];
             let was_empty = c.buf.is_empty();
             c.buf.extend(run.entries);

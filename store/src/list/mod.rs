@@ -11,6 +11,11 @@
 //! it); the merge drops the copies of a prefix that several partitions roll
 //! up.
 //!
+//! A tag filter changes only which rows a run reads: the tag index keeps
+//! the objects of one tag as an ordered range of keys
+//! ([`crate::tagindex`]), so paging, delimiters and continuation work on
+//! it exactly as on the object records.
+//!
 //! Runs come from a [`merge::RunSource`], which groups partitions by who
 //! answers for them: in one process every partition is its own group (a
 //! refill costs no round trip, so only the drained cursor is read); across
@@ -50,6 +55,11 @@ pub struct ListQuery {
     pub resume: Resume,
     /// Entries (objects + common prefixes) per page, 0..=1000.
     pub max_keys: usize,
+    /// Only objects whose tags meet every condition (empty: all objects).
+    /// The listing then reads the tag index rows of one condition
+    /// ([`crate::tagindex::driver`]) instead of the object records, and
+    /// checks the others on each row.
+    pub tags: Vec<crate::tagindex::TagCond>,
 }
 
 /// One listing entry.

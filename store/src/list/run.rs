@@ -9,12 +9,18 @@ use crate::error::{StoreError, StoreResult};
 use crate::ids::{BucketId, PartitionId};
 use crate::index::MetaIndex;
 use crate::record::{ListSummary, object_key};
+use crate::tagindex::{TagCond, driver, row_matches};
 use serde::{Deserialize, Serialize};
 
 /// Smallest run asked of one partition.
 pub const MIN_BATCH: usize = 16;
 /// Index rows read per scan call inside a partition.
 const SCAN_CHUNK: usize = 256;
+/// Most rows one run examines (a filtered run skips rows that fail the
+/// filter's other conditions): a run that reaches it answers what it has,
+/// perhaps nothing, with where to go on, so one call stays short however
+/// sparse the matches are.
+const MAX_EXAMINED: usize = 8192;
 
 /// Ask partition `partition` for up to `want` entries from index key `from`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -47,19 +53,33 @@ fn key_after(k: &[u8]) -> Vec<u8> {
     a
 }
 
+/// The rows a query reads in `bucket`: object records, or with a tag
+/// filter the rows of its driving condition; the object key follows this
+/// prefix in every row.
+pub(crate) fn row_base(bucket: BucketId, q: &ListQuery) -> Vec<u8> {
+    match driver(&q.tags) {
+        Some(c) => c.row_prefix(bucket),
+        None => object_key(bucket, b""),
+    }
+}
+
+fn row_key(base: &[u8], key: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(base.len() + key.len() + 1);
+    k.extend_from_slice(base);
+    k.extend_from_slice(key.as_bytes());
+    k
+}
+
 /// Index key range `[start, end)` of a query in `bucket`.
 pub(crate) fn key_range(bucket: BucketId, q: &ListQuery) -> (Vec<u8>, Vec<u8>) {
-    let prefix_start = object_key(bucket, q.prefix.as_bytes());
-    // The tag byte precedes the bucket id, so the successor always exists.
+    let base = row_base(bucket, q);
+    let prefix_start = row_key(&base, &q.prefix);
+    // Every base starts with a tag byte below 0xFF, so the successor exists.
     let end = prefix_successor(&prefix_start).unwrap_or_default();
     let resume = match &q.resume {
         Resume::Start => None,
-        Resume::After(k) => {
-            let mut s = object_key(bucket, k.as_bytes());
-            s.push(0);
-            Some(s)
-        }
-        Resume::PastPrefix(p) => prefix_successor(&object_key(bucket, p.as_bytes())),
+        Resume::After(k) => Some(key_after(&row_key(&base, k))),
+        Resume::PastPrefix(p) => prefix_successor(&row_key(&base, p)),
     };
     let start = resume.map_or(prefix_start.clone(), |r| r.max(prefix_start));
     (start, end)
@@ -82,17 +102,27 @@ pub fn scan_run(
     want: usize,
 ) -> StoreResult<Run> {
     let (_, end) = key_range(bucket, q);
-    let delimiter = q.delimiter.as_deref().filter(|d| !d.is_empty());
+    let rows = Rows {
+        base: row_base(bucket, q),
+        prefix_len: q.prefix.len(),
+        delimiter: q.delimiter.as_deref().filter(|d| !d.is_empty()),
+        filter: &q.tags,
+        end: &end,
+    };
     let mut run = Run::default();
     let mut next = (from < end).then_some(from);
-    while run.entries.len() < want {
+    let mut examined = 0usize;
+    while run.entries.len() < want && examined < MAX_EXAMINED {
         let Some(from) = next.take() else { break };
         let limit = (want - run.entries.len()).clamp(MIN_BATCH, SCAN_CHUNK);
-        let rows = index.scan(&from, &end, limit)?;
-        let exhausted = rows.len() < limit;
+        let batch = index.scan(&from, &end, limit)?;
+        examined += batch.len();
+        let exhausted = batch.len() < limit;
         let mut stopped = false;
-        for (k, v) in &rows {
-            let (entry, skip) = entry_of(bucket, q.prefix.len(), delimiter, &end, k, v)?;
+        for (k, v) in &batch {
+            let Some((entry, skip)) = rows.entry(k, v)? else {
+                continue; // fails another condition of the filter
+            };
             run.entries.push(entry);
             if skip.is_some() || run.entries.len() >= want {
                 // Seek past a rolled-up prefix, or stop for now.
@@ -102,7 +132,7 @@ pub fn scan_run(
             }
         }
         if !stopped && !exhausted {
-            next = rows.last().map(|(k, _)| key_after(k));
+            next = batch.last().map(|(k, _)| key_after(k));
         }
         next = next.filter(|n| *n < end);
     }
@@ -110,30 +140,38 @@ pub fn scan_run(
     Ok(run)
 }
 
-/// The listing entry for index row (k, v), and where to seek next when it
-/// rolled up into a common prefix.
-fn entry_of(
-    bucket: BucketId,
+/// How a run turns index rows into entries.
+struct Rows<'a> {
+    base: Vec<u8>,
     prefix_len: usize,
-    delimiter: Option<&str>,
-    end: &[u8],
-    k: &[u8],
-    v: &[u8],
-) -> StoreResult<(ListEntry, Option<Vec<u8>>)> {
-    let key_bytes = crate::record::split_object_key(bucket, k)
-        .ok_or_else(|| StoreError::Corrupt("listed key outside its bucket".into()))?;
-    let key = std::str::from_utf8(key_bytes)
-        .map_err(|_| StoreError::Corrupt("key is not UTF-8".into()))?;
-    if let Some(d) = delimiter
-        && let Some(pos) = key.get(prefix_len..).and_then(|rest| rest.find(d))
-    {
-        let cp = &key[..prefix_len + pos + d.len()];
-        let skip = prefix_successor(&object_key(bucket, cp.as_bytes()));
-        return Ok((
-            ListEntry::Prefix(cp.to_string()),
-            Some(skip.unwrap_or_else(|| end.to_vec())),
-        ));
+    delimiter: Option<&'a str>,
+    filter: &'a [TagCond],
+    end: &'a [u8],
+}
+
+impl Rows<'_> {
+    /// The entry of index row (k, v) and where to seek next when it rolled
+    /// up into a common prefix; `None` when the row fails the filter.
+    fn entry(&self, k: &[u8], v: &[u8]) -> StoreResult<Option<(ListEntry, Option<Vec<u8>>)>> {
+        if self.filter.len() > 1 && !row_matches(self.filter, v)? {
+            return Ok(None);
+        }
+        let key_bytes = k
+            .strip_prefix(self.base.as_slice())
+            .ok_or_else(|| StoreError::Corrupt("listed key outside its range".into()))?;
+        let key = std::str::from_utf8(key_bytes)
+            .map_err(|_| StoreError::Corrupt("key is not UTF-8".into()))?;
+        if let Some(d) = self.delimiter
+            && let Some(pos) = key.get(self.prefix_len..).and_then(|rest| rest.find(d))
+        {
+            let cp = &key[..self.prefix_len + pos + d.len()];
+            let skip = prefix_successor(&row_key(&self.base, cp));
+            return Ok(Some((
+                ListEntry::Prefix(cp.to_string()),
+                Some(skip.unwrap_or_else(|| self.end.to_vec())),
+            )));
+        }
+        let s = ListSummary::decode(v)?;
+        Ok(Some((ListEntry::Object(s.info(key)), None)))
     }
-    let s = ListSummary::decode(v)?;
-    Ok((ListEntry::Object(s.info(key)), None))
 }

@@ -172,7 +172,7 @@ pub(crate) fn complete(round: &mut Round<'_>, c: Completion<'_>) -> StoreResult<
     round.account(c.bucket, old.as_ref(), Some(&object));
     let done = Completed::of(c.bucket, c.key, c.parts, &object);
     round.set(completed_key(&c.upload), Some(encode(&done)));
-    round.set(okey, Some(object.encode()));
+    round.set_object(c.bucket, c.key, old.as_ref(), Some(&object));
     Ok(Outcome::Multipart(MpOutcome::Completed(object)))
 }
 

@@ -201,6 +201,9 @@ impl Inner {
                 })
             }
             Call::DeleteObject { bucket, key } => reply(&s.delete_object(&bucket, &key).await?),
+            Call::EditTags { bucket, keys, edit } => {
+                reply(&s.edit_tags(&bucket, keys, edit).await?)
+            }
             Call::PutObjectTags { bucket, key, tags } => {
                 reply(&s.put_object_tags(&bucket, &key, tags).await?)
             }

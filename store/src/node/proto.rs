@@ -155,6 +155,16 @@ pub enum Call {
         /// The tag set.
         tags: Vec<Tag>,
     },
+    /// Apply a bulk tag edit to keys of the partitions this node holds
+    /// (EditCounts).
+    EditTags {
+        /// Bucket.
+        bucket: BucketInfo,
+        /// Keys.
+        keys: Vec<String>,
+        /// The edit.
+        edit: crate::tagindex::TagEdit,
+    },
     /// Replace an object's metadata in place (ObjectInfo).
     ReplaceObjectMeta {
         /// Bucket.
@@ -352,6 +362,7 @@ impl Call {
             Call::GetObject { .. } => "get_object",
             Call::DeleteObject { .. } => "delete_object",
             Call::PutObjectTags { .. } => "put_object_tags",
+            Call::EditTags { .. } => "edit_tags",
             Call::ReplaceObjectMeta { .. } => "replace_object_meta",
             Call::ListRuns { .. } => "list_runs",
             Call::ObjectPartRange { .. } => "object_part_range",
@@ -390,6 +401,7 @@ impl Call {
             | Call::BucketUsage { .. }
             | Call::BucketPending { .. }
             | Call::ListRuns { .. }
+            | Call::EditTags { .. }
             | Call::ListMultipartUploads { .. } => Route::Named,
             Call::PutObject { bucket, key, .. }
             | Call::HeadObject { bucket, key }

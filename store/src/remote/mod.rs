@@ -34,6 +34,7 @@ use crate::quota::{QuotaAsk, QuotaHold, QuotaLimits};
 use crate::record::{Checksum, ObjectInfo, ObjectMeta, Tag, Usage};
 use crate::rpc::{CallOptions, RpcClient, RpcError, Signer, WireCode};
 use crate::store::{BodyStream, BucketInfo, GetRange, PutOptions};
+use crate::tagindex::{EditCounts, TagEdit};
 use crate::uploads::{ObjectPart, UploadPage, UploadQuery};
 use bytes::Bytes;
 use serde::de::DeserializeOwned;
@@ -325,6 +326,37 @@ impl RemoteStore {
         Ok(())
     }
 
+    /// A bulk tag edit: the keys grouped by the node that holds their
+    /// partition, one call per node, the nodes in parallel.
+    async fn edit_tags_on_nodes(
+        &self,
+        bucket: &BucketInfo,
+        keys: Vec<String>,
+        edit: TagEdit,
+    ) -> StoreResult<EditCounts> {
+        let map = self.map();
+        let mut by_node: std::collections::BTreeMap<NodeId, Vec<String>> = Default::default();
+        for key in keys {
+            let p = crate::hash::partition_of(bucket.id, key.as_bytes(), map.partition_count());
+            let node = map.owner(p).cloned().ok_or_else(|| {
+                StoreError::InvalidArgument(format!("no node holds partition {p}"))
+            })?;
+            by_node.entry(node).or_default().push(key);
+        }
+        let calls = by_node.into_iter().map(|(node, keys)| {
+            let call = Call::EditTags {
+                bucket: bucket.clone(),
+                keys,
+                edit: edit.clone(),
+            };
+            async move { self.call_node::<EditCounts>(&node, call).await }
+        });
+        let counts = futures::future::try_join_all(calls).await?;
+        Ok(counts
+            .into_iter()
+            .fold(EditCounts::default(), EditCounts::plus))
+    }
+
     async fn revive(&self, bucket: BucketId, nodes: &[NodeId]) {
         for node in nodes {
             let r: StoreResult<()> = self.call_node(node, Call::ReviveBucket { bucket }).await;
@@ -524,6 +556,15 @@ impl StoreClient for RemoteStore {
     ) -> Fut<'a, ()> {
         let (bucket, key) = at(bucket, key);
         Box::pin(self.ask(Call::PutObjectTags { bucket, key, tags }))
+    }
+
+    fn edit_tags<'a>(
+        &'a self,
+        bucket: &'a BucketInfo,
+        keys: Vec<String>,
+        edit: TagEdit,
+    ) -> Fut<'a, EditCounts> {
+        Box::pin(self.edit_tags_on_nodes(bucket, keys, edit))
     }
 
     fn replace_object_meta<'a>(

@@ -113,11 +113,27 @@ pub async fn list_all(
     start: Resume,
     max_keys: usize,
 ) -> Vec<Named> {
+    list_all_tagged(store, b, keys, prefix, delimiter, start, max_keys, &[]).await
+}
+
+/// [`list_all`] with a tag filter: `keys` are the objects that match it.
+#[allow(clippy::too_many_arguments)] // a listing's parameters, as in ListQuery
+pub async fn list_all_tagged(
+    store: &Arc<Store>,
+    b: &BucketInfo,
+    keys: &BTreeSet<String>,
+    prefix: &str,
+    delimiter: Option<&str>,
+    start: Resume,
+    max_keys: usize,
+    tags: &[laneway_store::TagCond],
+) -> Vec<Named> {
     let mut resume = start.clone();
     let mut all = Vec::new();
     let expected_all = reference(keys, prefix, delimiter, &start);
     for _ in 0..100_000 {
         let q = ListQuery {
+            tags: tags.to_vec(),
             prefix: prefix.to_string(),
             delimiter: delimiter.map(str::to_string),
             resume: resume.clone(),
@@ -129,7 +145,7 @@ pub async fn list_all(
         assert_eq!(
             got,
             want[..want.len().min(max_keys)],
-            "page after {resume:?} (prefix {prefix:?}, delimiter {delimiter:?}, max {max_keys})"
+            "page after {resume:?} (prefix {prefix:?}, delimiter {delimiter:?}, max {max_keys}, tags {tags:?})"
         );
         assert_eq!(
             page.truncated,

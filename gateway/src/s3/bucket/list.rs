@@ -8,6 +8,11 @@
 //! untruncated page without asking the store. An empty continuation
 //! token is no token, as on S3.
 //!
+//! All three take a tag filter (`x-laneway-tag-filter`, header or query
+//! parameter; [`crate::request::tag_filter`]): the page then holds only the
+//! objects with those tags, read from the store's tag index, in the same
+//! XML, so every client parses it.
+//!
 //! `encoding-type=url` encodes, as S3 does, exactly these response fields
 //! (everything else, such as the continuation tokens, stays as it is):
 //!
@@ -28,7 +33,7 @@ use crate::request::context::{Gateway, ReqCtx};
 use crate::request::error::{GwError, GwResult};
 use crate::request::meta::{etag, size_i64, timestamp};
 use crate::request::names::URL_ENCODE;
-use crate::request::token;
+use crate::request::{tag_filter, token};
 use laneway_store::{BucketInfo, ListEntry, ListPage, ListQuery, ObjectInfo, Resume};
 use percent_encoding::utf8_percent_encode;
 use s3s::dto::*;
@@ -44,6 +49,8 @@ struct Listing {
     resume: Resume,
     max_keys: usize,
     url: bool,
+    /// Only objects with these tags (`x-laneway-tag-filter`).
+    tags: Vec<laneway_store::TagCond>,
 }
 
 impl Listing {
@@ -67,6 +74,7 @@ impl Listing {
             return Ok(ListPage::default());
         }
         let query = ListQuery {
+            tags: self.tags.clone(),
             prefix: self.prefix.clone(),
             delimiter: self.delimiter.clone(),
             resume: self.resume.clone(),
@@ -177,6 +185,7 @@ pub async fn list_objects_v2(
         resume,
         max_keys: max_keys(input.max_keys)?,
         url: url_encoding(input.encoding_type.as_ref())?,
+        tags: tag_filter::of_request(&req.headers, &req.uri)?,
     };
     let page = listing.fetch(gw, &bucket).await?;
     let owner = input.fetch_owner.unwrap_or(false).then(|| owner_of(&ctx));
@@ -220,6 +229,7 @@ pub async fn list_objects(
         delimiter,
         max_keys: max_keys(input.max_keys)?,
         url: url_encoding(input.encoding_type.as_ref())?,
+        tags: tag_filter::of_request(&req.headers, &req.uri)?,
     };
     let page = listing.fetch(gw, &bucket).await?;
     let owner = owner_of(&ctx);
@@ -261,6 +271,7 @@ pub async fn list_object_versions(
         delimiter,
         max_keys: max_keys(input.max_keys)?,
         url: url_encoding(input.encoding_type.as_ref())?,
+        tags: tag_filter::of_request(&req.headers, &req.uri)?,
     };
     let page = listing.fetch(gw, &bucket).await?;
     let owner = owner_of(&ctx);
@@ -329,6 +340,7 @@ mod tests {
             resume: Resume::Start,
             max_keys: 1,
             url: true,
+            tags: Vec::new(),
         };
         assert_eq!(l.enc("a b+c/d~e_f-g.h"), "a+b%2Bc/d~e_f-g.h");
         assert_eq!(l.enc("100% done\n"), "100%25+done%0A");
