@@ -152,6 +152,12 @@ impl Cluster {
         }
     }
 
+    /// The last index `leader` has applied.
+    fn leader_last_applied(&self, leader: NodeId) -> u64 {
+        let applied = self.node(leader).raft.metrics().borrow().last_applied;
+        applied.map_or(0, |l| l.index)
+    }
+
     /// Wait until replica `id` has applied up to `index`.
     async fn applied(&self, id: NodeId, index: u64) {
         self.node(id)
@@ -261,13 +267,6 @@ async fn a_replica_behind_a_purged_log_catches_up_from_a_snapshot() {
         "a row deleted while it was down is gone"
     );
     assert!(snapshot_file(&cluster.dir(behind)).exists());
-}
-
-impl Cluster {
-    fn leader_last_applied(&self, leader: NodeId) -> u64 {
-        let applied = self.node(leader).raft.metrics().borrow().last_applied;
-        applied.map_or(0, |l| l.index)
-    }
 }
 
 /// Snapshot the leader at `last` and purge its log up to there.
