@@ -1,0 +1,43 @@
+//! laneway-replica: a laneway partition as a Raft group, on openraft 0.9.
+//!
+//! This is the first step of replication (docs/replication.md): the engine
+//! chosen, and the two pieces of storage laneway gives it, both on the
+//! store's own metadata index.
+//!
+//! - [`types`]: what a log entry carries (a partition's index batch) and
+//!   the openraft type configuration.
+//! - [`log_store`]: the Raft log, vote and purge marker in an index of its
+//!   own, synced before an append is acknowledged.
+//! - [`machine`]: the partition index as the state machine, applied in one
+//!   batch per call with its applied id, and snapshots as checked streams
+//!   of its rows ([`snapshot`]).
+//! - [`memnet`]: an in-process transport between groups, for tests; the
+//!   cluster RPC transport comes later.
+//!
+//! [`open_group`] opens both halves of one replica from a directory.
+
+pub mod blocking;
+pub mod log_store;
+pub mod machine;
+pub mod memnet;
+pub mod snapshot;
+pub mod types;
+
+pub use blocking::{ReplicaError, ReplicaResult};
+pub use log_store::LogStore;
+pub use machine::PartitionMachine;
+pub use types::{Applied, Mutation, NodeId, PartitionRaft, TypeConfig};
+
+use laneway_store::index::{Engine, MetaIndex, open_index};
+use std::path::Path;
+use std::sync::Arc;
+
+/// One replica's storage, opened from `dir`: the log in `dir/log`, the
+/// partition index in `dir/index` and its snapshots in `dir/snapshots`,
+/// both indexes on `engine`.
+pub fn open_group(dir: &Path, engine: Engine) -> ReplicaResult<(LogStore, PartitionMachine)> {
+    let log: Arc<dyn MetaIndex> = Arc::from(open_index(engine, &dir.join("log"))?);
+    let index: Arc<dyn MetaIndex> = Arc::from(open_index(engine, &dir.join("index"))?);
+    let machine = PartitionMachine::open(index, &dir.join("snapshots"))?;
+    Ok((LogStore::new(log), machine))
+}

@@ -1,0 +1,142 @@
+//! What a partition's Raft log carries, and the openraft type configuration
+//! built on it.
+//!
+//! A log entry's application payload is a [`Mutation`]: the index batch one
+//! round of the partition's group commit produced ([`WriteBatch`], carried
+//! here as [`BatchWire`] because the store's batch type has no serde form),
+//! plus the object-data references the batch's records point at. Nothing
+//! writes data references yet: object bodies still live in each node's own
+//! volumes. The field exists so that the entry format does not change when
+//! bodies start to replicate with their entries.
+
+use laneway_store::index::{BatchOp, WriteBatch};
+use serde::{Deserialize, Serialize};
+
+/// A node's id within the cluster (the cluster file's node number).
+pub type NodeId = u64;
+
+openraft::declare_raft_types!(
+    /// The openraft type configuration of a laneway partition group.
+    pub TypeConfig:
+        D = Mutation,
+        R = Applied,
+        NodeId = NodeId,
+        Node = openraft::BasicNode,
+        Entry = openraft::Entry<TypeConfig>,
+        SnapshotData = tokio::fs::File,
+        AsyncRuntime = openraft::TokioRuntime,
+);
+
+/// A Raft handle of a partition group.
+pub type PartitionRaft = openraft::Raft<TypeConfig>;
+/// A log entry of a partition group.
+pub type LogEntry = openraft::Entry<TypeConfig>;
+/// A log id of a partition group.
+pub type LogId = openraft::LogId<NodeId>;
+/// An error from a storage call, as openraft wants it.
+pub type StorageError = openraft::StorageError<NodeId>;
+/// The stored membership of a partition group.
+pub type Membership = openraft::StoredMembership<NodeId, openraft::BasicNode>;
+/// The metadata of a partition snapshot.
+pub type SnapshotMeta = openraft::SnapshotMeta<NodeId, openraft::BasicNode>;
+
+/// One replicated change of a partition.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mutation {
+    /// The index rows to write, all at once.
+    pub batch: BatchWire,
+    /// Object bodies the batch's rows point at (none yet: see the module doc).
+    pub data: Vec<DataRef>,
+}
+
+impl Mutation {
+    /// A mutation of index rows only.
+    pub fn of_batch(batch: &WriteBatch) -> Mutation {
+        Mutation {
+            batch: BatchWire::from_batch(batch),
+            data: Vec::new(),
+        }
+    }
+}
+
+/// Where an object body that replicates with an entry lives in a volume.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DataRef {
+    /// The volume segment's id.
+    pub segment: u64,
+    /// Byte offset of the record in the segment.
+    pub offset: u64,
+    /// Length of the record in bytes.
+    pub len: u64,
+    /// CRC32C of the record's bytes.
+    pub crc32c: u32,
+}
+
+/// A [`WriteBatch`] in a form serde can encode.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchWire {
+    /// The batch's operations, in order.
+    pub ops: Vec<OpWire>,
+}
+
+/// One [`BatchOp`] in a form serde can encode.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OpWire {
+    /// Insert or replace a row.
+    Put(
+        #[serde(with = "serde_bytes")] Vec<u8>,
+        #[serde(with = "serde_bytes")] Vec<u8>,
+    ),
+    /// Remove a row.
+    Delete(#[serde(with = "serde_bytes")] Vec<u8>),
+}
+
+impl BatchWire {
+    /// The wire form of `batch`.
+    pub fn from_batch(batch: &WriteBatch) -> BatchWire {
+        let ops = batch
+            .ops
+            .iter()
+            .map(|op| match op {
+                BatchOp::Put(k, v) => OpWire::Put(k.clone(), v.clone()),
+                BatchOp::Delete(k) => OpWire::Delete(k.clone()),
+            })
+            .collect();
+        BatchWire { ops }
+    }
+
+    /// Append this batch's operations to `out`.
+    pub fn append_to(&self, out: &mut WriteBatch) {
+        for op in &self.ops {
+            match op {
+                OpWire::Put(k, v) => out.put(k.clone(), v.clone()),
+                OpWire::Delete(k) => out.delete(k.clone()),
+            }
+        }
+    }
+}
+
+/// What applying one entry answers its proposer.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Applied {
+    /// The log index the entry was applied at.
+    pub index: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_survives_the_wire_form_and_bincode() {
+        let mut batch = WriteBatch::default();
+        batch.put(b"k1".to_vec(), b"v1".to_vec());
+        batch.delete(b"k0".to_vec());
+        let m = Mutation::of_batch(&batch);
+        let bytes = bincode::serialize(&m).expect("encode");
+        let back: Mutation = bincode::deserialize(&bytes).expect("decode");
+        let mut out = WriteBatch::default();
+        back.batch.append_to(&mut out);
+        assert_eq!(out, batch);
+    }
+}
