@@ -61,7 +61,7 @@ pub fn tags_of(i: u64, tag_every: u64) -> Vec<Tag> {
         key: "part".into(),
         value: (i % 16).to_string(),
     }];
-    if tag_every > 0 && i % tag_every == 0 {
+    if tag_every > 0 && i.is_multiple_of(tag_every) {
         tags.push(Tag {
             key: "sel".into(),
             value: "yes".into(),
@@ -120,7 +120,7 @@ pub async fn run(a: StoreLoadArgs) -> Result<(), String> {
                     .put_object(&bucket, &key_of(i), Default::default(), opts, stream)
                     .await
                     .map_err(|e| format!("put {}: {e}", key_of(i)))?;
-                if i % 1_000_000 == 0 && i > first {
+                if i.is_multiple_of(1_000_000) && i > first {
                     eprintln!("# {i} objects, {:.0} s", started.elapsed().as_secs_f64());
                 }
             }

@@ -29,7 +29,7 @@ use crate::error::{StoreError, StoreResult};
 use crate::ids::BucketId;
 use crate::index::{MetaIndex, WriteBatch};
 use crate::record::{
-    DataLoc, ObjectMeta, StoredObject, Tag, Usage, object_key, segment_key, usage_key,
+    DataLoc, ObjectMeta, StoredObject, Tag, Usage, inline_key, object_key, segment_key, usage_key,
 };
 use crate::volume::VolumeSet;
 use crossbeam_channel::{Receiver, Sender};
@@ -305,10 +305,45 @@ impl<'a> Round<'a> {
         for (row, value) in crate::tagindex::reindex(bucket, key, old, new) {
             self.overlay.insert(row, value);
         }
+        let stored = new.map(|n| self.body_beside(bucket, key, n));
+        let had_row = old.is_some_and(|o| matches!(o.data, DataLoc::Beside { .. }));
+        let has_row = stored
+            .as_ref()
+            .is_some_and(|n| matches!(n.data, DataLoc::Beside { .. }));
+        if had_row && !has_row {
+            self.overlay
+                .insert(inline_key(bucket, key.as_bytes()), None);
+        }
         self.overlay.insert(
             object_key(bucket, key.as_bytes()),
-            new.map(StoredObject::encode),
+            stored.as_ref().map(StoredObject::encode),
         );
+    }
+
+    /// `rec` as stored: a body held in the record moves to its own row
+    /// (`md5 | body`, see [`DataLoc::Beside`]), queued here.
+    fn body_beside(&mut self, bucket: BucketId, key: &str, rec: &StoredObject) -> StoredObject {
+        let DataLoc::Inline(bytes) = &rec.data else {
+            return rec.clone();
+        };
+        let mut row = Vec::with_capacity(16 + bytes.len());
+        row.extend_from_slice(&rec.md5);
+        row.extend_from_slice(bytes);
+        self.overlay
+            .insert(inline_key(bucket, key.as_bytes()), Some(row));
+        StoredObject {
+            size: rec.size,
+            md5: rec.md5,
+            mtime_ms: rec.mtime_ms,
+            parts: rec.parts,
+            meta: rec.meta.clone(),
+            tags: rec.tags.clone(),
+            checksum: rec.checksum.clone(),
+            data: DataLoc::Beside {
+                len: bytes.len() as u64,
+            },
+            part_checksums: rec.part_checksums.clone(),
+        }
     }
 
     /// Queue a put of a raw row.

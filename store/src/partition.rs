@@ -361,7 +361,7 @@ impl Partition {
         // opening its segment; the second read then sees the new location.
         for _ in 0..3 {
             let rec = self.record(bucket, key)?;
-            match self.open_body(&rec, key, range) {
+            match self.open_body(bucket, &rec, key, range) {
                 Ok(body) => return Ok((rec.info(key), body)),
                 Err(StoreError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(e) => return Err(e),
@@ -374,25 +374,18 @@ impl Partition {
 
     fn open_body(
         &self,
+        bucket: BucketId,
         rec: &StoredObject,
         key: &str,
         range: Option<GetRange>,
     ) -> StoreResult<BodyStream> {
         let (start, end) = range.map_or((0, rec.size), |r| (r.start, r.end.min(rec.size)));
         match &rec.data {
-            DataLoc::Inline(bytes) => {
-                let s = usize::try_from(start)
-                    .unwrap_or(usize::MAX)
-                    .min(bytes.len());
-                let e = usize::try_from(end)
-                    .unwrap_or(usize::MAX)
-                    .min(bytes.len())
-                    .max(s);
-                let chunk = Bytes::copy_from_slice(&bytes[s..e]);
-                Ok(Box::pin(futures::stream::iter(
-                    (!chunk.is_empty()).then_some(Ok(chunk)),
-                )))
+            DataLoc::Beside { .. } => {
+                let bytes = self.body_beside(bucket, rec, key)?;
+                Ok(slice_stream(&bytes, start, end))
             }
+            DataLoc::Inline(bytes) => Ok(slice_stream(bytes, start, end)),
             DataLoc::Volume {
                 segment, offset, ..
             } => {
@@ -402,6 +395,27 @@ impl Partition {
                 Ok(chunk_stream(vec![reader]))
             }
             DataLoc::Parts(parts) => Ok(chunk_stream(self.part_readers(parts, start, end)?)),
+        }
+    }
+
+    /// The body of a small object from its row beside the record. A row
+    /// of another version (an overwrite or delete committed between the
+    /// two reads) reads as NotFound, so [`Partition::get`] reads the
+    /// record again.
+    fn body_beside(&self, bucket: BucketId, rec: &StoredObject, key: &str) -> StoreResult<Vec<u8>> {
+        let row = self
+            .index
+            .get(&crate::record::inline_key(bucket, key.as_bytes()))?;
+        match row {
+            Some(row)
+                if row.get(..16) == Some(&rec.md5[..]) && row.len() as u64 == 16 + rec.size =>
+            {
+                Ok(row[16..].to_vec())
+            }
+            _ => Err(StoreError::Io(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "the body row changed since the record was read",
+            ))),
         }
     }
 
@@ -519,6 +533,21 @@ impl Partition {
 }
 
 /// A body stream that reads (and verifies) the readers' ranges in order.
+/// A stream of `bytes[start..end]` (clamped), in one chunk.
+fn slice_stream(bytes: &[u8], start: u64, end: u64) -> BodyStream {
+    let s = usize::try_from(start)
+        .unwrap_or(usize::MAX)
+        .min(bytes.len());
+    let e = usize::try_from(end)
+        .unwrap_or(usize::MAX)
+        .min(bytes.len())
+        .max(s);
+    let chunk = Bytes::copy_from_slice(&bytes[s..e]);
+    Box::pin(futures::stream::iter(
+        (!chunk.is_empty()).then_some(Ok(chunk)),
+    ))
+}
+
 fn chunk_stream(readers: Vec<RangeReader>) -> BodyStream {
     let state = (std::collections::VecDeque::from(readers), ());
     Box::pin(futures::stream::try_unfold(

@@ -37,6 +37,10 @@ pub const PENDING_TAG: u8 = b'p';
 /// CompleteMultipartUpload): `'c' | upload id`.
 pub const COMPLETED_TAG: u8 = b'c';
 
+/// Key-space tag of small bodies kept beside their object records:
+/// `'i' | bucket | key` -> `md5 (16 bytes) | body` ([`DataLoc::Beside`]).
+pub const INLINE_TAG: u8 = b'i';
+
 /// One object tag (key, value).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Tag {
@@ -92,6 +96,15 @@ pub enum DataLoc {
     },
     /// A completed multipart upload: its parts' volume records, in order.
     Parts(Vec<PartLoc>),
+    /// Small object: the bytes live in their own index row beside the
+    /// record ([`inline_key`]), written in the same batch, so that a
+    /// listing, which reads records, never copies bodies. Records written
+    /// before it hold [`DataLoc::Inline`]; the commit round moves a body
+    /// out of the record whenever it writes one ([`crate::commit`]).
+    Beside {
+        /// Body length.
+        len: u64,
+    },
 }
 
 /// Where one part of a multipart object is.
@@ -113,7 +126,7 @@ impl DataLoc {
     /// Every (segment, record length) this location occupies.
     pub fn volume_records(&self) -> Vec<(u64, u64)> {
         match self {
-            DataLoc::Inline(_) => Vec::new(),
+            DataLoc::Inline(_) | DataLoc::Beside { .. } => Vec::new(),
             DataLoc::Volume {
                 segment,
                 record_len,
@@ -126,7 +139,7 @@ impl DataLoc {
     /// Whether a volume record at (segment, offset) belongs to this location.
     pub fn uses(&self, segment: u64, offset: u64) -> bool {
         match self {
-            DataLoc::Inline(_) => false,
+            DataLoc::Inline(_) | DataLoc::Beside { .. } => false,
             DataLoc::Volume {
                 segment: s,
                 offset: o,
@@ -275,6 +288,15 @@ pub fn etag(md5: &[u8; 16], parts: u32) -> String {
 pub fn object_key(bucket: BucketId, key: &[u8]) -> Vec<u8> {
     let mut k = Vec::with_capacity(9 + key.len());
     k.push(OBJECT_TAG);
+    k.extend_from_slice(&bucket.0.to_be_bytes());
+    k.extend_from_slice(key);
+    k
+}
+
+/// Index key of the body of small object `key` in `bucket`.
+pub fn inline_key(bucket: BucketId, key: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(9 + key.len());
+    k.push(INLINE_TAG);
     k.extend_from_slice(&bucket.0.to_be_bytes());
     k.extend_from_slice(key);
     k

@@ -193,7 +193,7 @@ mod tests {
 
     #[test]
     fn only_old_finished_jobs_are_dropped() {
-        let mut jobs: Vec<Job> = (0..40)
+        let mut jobs: Vec<Job> = (0..48)
             .map(|i| {
                 let mut j = Job::new(format!("j{i}"), "b".into(), JobSpec::default(), i);
                 if i % 4 != 0 {
@@ -207,7 +207,7 @@ mod tests {
         assert_eq!(finished, KEEP_FINISHED - 1);
         assert_eq!(
             jobs.iter().filter(|j| j.state == JobState::Running).count(),
-            10
+            12
         );
         assert!(
             !jobs.iter().any(|j| j.id == "j1"),

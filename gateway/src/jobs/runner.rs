@@ -11,7 +11,7 @@
 //! idempotent.
 //!
 //! Each page is admitted through the tenant's lane like a request, at a
-//! cost of [`COST_DIVISOR`]-th of a request per object, so a job's work
+//! cost of [`COST_DIVISOR`]-th of a request's base cost per object, so a job's work
 //! counts against its tenant's weight: it goes fast on an idle server and
 //! yields to other tenants on a busy one. A lane that refuses (full, or
 //! the wait ran out) only delays the page.
@@ -36,8 +36,10 @@ use std::time::Duration;
 
 /// Objects per page.
 pub const PAGE: usize = 1000;
-/// An object of a job costs this fraction of a request's base cost.
-pub const COST_DIVISOR: u64 = 4;
+/// An object of a job costs this fraction of a request's base cost (a
+/// bulk edit of one object is metadata work in a shared commit round, a
+/// small part of what a PutObjectTagging request costs the server).
+pub const COST_DIVISOR: u64 = 16;
 /// How long a runner's lease lasts without renewal.
 pub const LEASE: Duration = Duration::from_secs(30);
 /// How often a gateway looks for jobs without a runner.
@@ -347,14 +349,18 @@ impl Jobs {
         let lanes = self.inner.lanes.lanes();
         let cfg = lanes.config();
         let per_object = (cfg.base_cost / COST_DIVISOR).max(1);
-        let cost = per_object
-            .saturating_mul(objects)
-            .min(cfg.capacity_units / 4)
-            .max(1);
+        let total = per_object.saturating_mul(objects).max(1);
+        // At most a quarter of the capacity is held while the page runs;
+        // the rest of its cost is charged to the lane's account, so the
+        // page weighs against the tenant's share all the same.
+        let held = total.min(cfg.capacity_units / 4).max(1);
         let key = TenantKey::from(tenant);
         while !self.inner.stopping.load(Ordering::Relaxed) {
-            match lanes.admit(&key, cost).await {
-                Ok(p) => return Some(p),
+            match lanes.admit(&key, held).await {
+                Ok(p) => {
+                    lanes.charge(&key, total - held);
+                    return Some(p);
+                }
                 Err(o) => tokio::time::sleep(o.retry_after.max(Duration::from_millis(50))).await,
             }
         }
