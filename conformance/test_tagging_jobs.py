@@ -203,3 +203,32 @@ def test_a_job_resumes_after_the_server_is_killed(tmp_path):
         assert tagged == n
     finally:
         again.stop()
+
+
+def test_a_job_body_cut_off_or_never_sent_costs_only_its_client(server, s3, bucket):
+    """A signed POST whose body stops halfway (the socket closed) or never
+    comes (the client goes silent): no job is created, other requests are
+    served meanwhile, and the lanes return to zero (the leak check after
+    every test)."""
+    import socket
+    from urllib.parse import urlparse
+
+    body = json.dumps({"set": {"cut": "1"}}).encode()
+    url = f"{server.endpoint}/{bucket}?{PARAM}"
+    req = AWSRequest(method="POST", url=url, data=body, headers={"content-type": "application/json"})
+    S3SigV4Auth(Credentials(ACCESS_KEY, SECRET_KEY), "s3", "us-east-1").add_auth(req)
+    host = urlparse(server.endpoint)
+    head = f"POST /{bucket}?{PARAM} HTTP/1.1\r\n" + "".join(
+        f"{k}: {v}\r\n" for k, v in req.headers.items()) + f"Content-Length: {len(body)}\r\n\r\n"
+    cut = socket.create_connection((host.hostname, host.port), timeout=10)
+    cut.sendall(head.encode() + body[: len(body) // 2])
+    cut.close()
+    silent = socket.create_connection((host.hostname, host.port), timeout=10)
+    silent.sendall(head.encode())
+    try:
+        s3.put_object(Bucket=bucket, Key="served", Body=b"x")
+        assert s3.get_object(Bucket=bucket, Key="served")["Body"].read() == b"x"
+        status, listing = call(server.endpoint, "GET", bucket)
+        assert status == 200 and listing["jobs"] == [], listing
+    finally:
+        silent.close()

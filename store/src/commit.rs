@@ -306,32 +306,36 @@ impl<'a> Round<'a> {
             self.overlay.insert(row, value);
         }
         let stored = new.map(|n| self.body_beside(bucket, key, n));
+        let stored = stored.as_ref().map(|c| c.as_ref());
         let had_row = old.is_some_and(|o| matches!(o.data, DataLoc::Beside { .. }));
-        let has_row = stored
-            .as_ref()
-            .is_some_and(|n| matches!(n.data, DataLoc::Beside { .. }));
+        let has_row = stored.is_some_and(|n| matches!(n.data, DataLoc::Beside { .. }));
         if had_row && !has_row {
             self.overlay
                 .insert(inline_key(bucket, key.as_bytes()), None);
         }
         self.overlay.insert(
             object_key(bucket, key.as_bytes()),
-            stored.as_ref().map(StoredObject::encode),
+            stored.map(StoredObject::encode),
         );
     }
 
     /// `rec` as stored: a body held in the record moves to its own row
     /// (`md5 | body`, see [`DataLoc::Beside`]), queued here.
-    fn body_beside(&mut self, bucket: BucketId, key: &str, rec: &StoredObject) -> StoredObject {
+    fn body_beside<'r>(
+        &mut self,
+        bucket: BucketId,
+        key: &str,
+        rec: &'r StoredObject,
+    ) -> std::borrow::Cow<'r, StoredObject> {
         let DataLoc::Inline(bytes) = &rec.data else {
-            return rec.clone();
+            return std::borrow::Cow::Borrowed(rec);
         };
         let mut row = Vec::with_capacity(16 + bytes.len());
         row.extend_from_slice(&rec.md5);
         row.extend_from_slice(bytes);
         self.overlay
             .insert(inline_key(bucket, key.as_bytes()), Some(row));
-        StoredObject {
+        std::borrow::Cow::Owned(StoredObject {
             size: rec.size,
             md5: rec.md5,
             mtime_ms: rec.mtime_ms,
@@ -343,7 +347,7 @@ impl<'a> Round<'a> {
                 len: bytes.len() as u64,
             },
             part_checksums: rec.part_checksums.clone(),
-        }
+        })
     }
 
     /// Queue a put of a raw row.

@@ -304,7 +304,9 @@ impl Jobs {
         let counts = if keys.is_empty() {
             laneway_store::EditCounts::default()
         } else {
-            let _permit = self.admit(&r.tenant, listed).await;
+            // The lane's turn is the page's admission; the permit is given
+            // back before the store call, which may wait on a store node.
+            drop(self.admit(&r.tenant, listed).await);
             self.inner
                 .store
                 .edit_tags(bucket, keys, job.spec.edit())

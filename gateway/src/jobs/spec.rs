@@ -54,22 +54,14 @@ impl JobSpec {
         if self.filter.len() > crate::request::tag_filter::MAX_CONDITIONS {
             return Err(invalid("at most 10 filter conditions"));
         }
-        for (k, v) in &self.filter {
-            let chars = k.chars().count();
-            if chars == 0 || chars > 128 {
-                return Err(invalid(
-                    "a filter key is empty or longer than 128 characters",
-                ));
-            }
-            if v.as_ref().is_some_and(|v| v.chars().count() > 256) {
-                return Err(invalid("a filter value is longer than 256 characters"));
-            }
+        for c in self.filter_conds() {
+            crate::request::tag_filter::check(&c)?;
         }
         crate::request::tags::validate(&self.set_tags(), crate::request::tags::MAX_OBJECT_TAGS)?;
-        if self
+        if !self
             .remove
             .iter()
-            .any(|k| k.is_empty() || k.chars().count() > 128)
+            .all(|k| crate::request::tags::key_fits(k))
         {
             return Err(invalid(
                 "a tag key to remove is empty or longer than 128 characters",

@@ -14,6 +14,7 @@
 //! filter that could never match is refused rather than answered empty.
 
 use crate::request::error::{GwError, GwResult};
+use crate::request::tags;
 use http::{HeaderMap, Uri};
 use laneway_store::TagCond;
 use percent_encoding::percent_decode_str;
@@ -102,12 +103,12 @@ pub fn parse(text: &str) -> GwResult<Vec<TagCond>> {
     Ok(conds)
 }
 
-fn check(c: &TagCond) -> GwResult<()> {
-    let key_chars = c.key.chars().count();
-    if key_chars == 0 || key_chars > 128 {
+/// Check one condition against the tag limits (shared with tagging jobs).
+pub fn check(c: &TagCond) -> GwResult<()> {
+    if !tags::key_fits(&c.key) {
         return Err(invalid("a tag key is empty or longer than 128 characters"));
     }
-    if c.value.as_ref().is_some_and(|v| v.chars().count() > 256) {
+    if c.value.as_deref().is_some_and(|v| !tags::value_fits(v)) {
         return Err(invalid("a tag value is longer than 256 characters"));
     }
     Ok(())

@@ -50,6 +50,16 @@ fn form_decode(s: &str) -> GwResult<String> {
         })
 }
 
+/// Whether `key` has an allowed length for a tag key (1..=128 characters).
+pub fn key_fits(key: &str) -> bool {
+    (1..=MAX_KEY_CHARS).contains(&key.chars().count())
+}
+
+/// Whether `value` has an allowed length for a tag value (at most 256 characters).
+pub fn value_fits(value: &str) -> bool {
+    value.chars().count() <= MAX_VALUE_CHARS
+}
+
 /// Check a tag set against the limits (`max` tags).
 pub fn validate(tags: &[Tag], max: usize) -> GwResult<()> {
     if tags.len() > max {
@@ -57,13 +67,12 @@ pub fn validate(tags: &[Tag], max: usize) -> GwResult<()> {
     }
     let mut seen = HashSet::with_capacity(tags.len());
     for t in tags {
-        let key_chars = t.key.chars().count();
-        if key_chars == 0 || key_chars > MAX_KEY_CHARS {
+        if !key_fits(&t.key) {
             return Err(GwError::InvalidTag(
                 "The TagKey you have provided is too long or empty".into(),
             ));
         }
-        if t.value.chars().count() > MAX_VALUE_CHARS {
+        if !value_fits(&t.value) {
             return Err(GwError::InvalidTag(
                 "The TagValue you have provided is too long".into(),
             ));
