@@ -17,6 +17,7 @@
 //! [`open_group`] opens both halves of one replica from a directory.
 
 pub mod blocking;
+pub mod group;
 pub mod log_store;
 pub mod machine;
 pub mod memnet;

@@ -22,6 +22,7 @@ use crate::blocking::{ReplicaError, ReplicaResult, Work, blocking};
 use crate::snapshot::{StreamWriter, read_meta, read_stream};
 use crate::types::{Applied, LogEntry, LogId, Membership, SnapshotMeta, StorageError, TypeConfig};
 use laneway_store::index::{Entry, MetaIndex, WriteBatch};
+use laneway_store::volume::VolumeSet;
 use openraft::storage::RaftStateMachine;
 use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder, Snapshot};
 use std::fs::File;
@@ -50,6 +51,9 @@ pub struct PartitionMachine {
 
 struct Shared {
     index: Arc<dyn MetaIndex>,
+    /// The partition's volumes, written by entries carrying data (`None`:
+    /// a group of index rows only, as in the storage tests).
+    volumes: Option<Arc<VolumeSet>>,
     dir: PathBuf,
     /// Held by an apply, a snapshot build and an install.
     lock: Mutex<()>,
@@ -61,10 +65,21 @@ impl PartitionMachine {
     /// (created if missing). Streams left half-received are removed, and a
     /// current snapshot newer than the index is installed into it.
     pub fn open(index: Arc<dyn MetaIndex>, dir: &Path) -> ReplicaResult<PartitionMachine> {
+        Self::open_with(index, None, dir)
+    }
+
+    /// [`PartitionMachine::open`] for a partition with volumes: entries'
+    /// data pieces are written into `volumes`.
+    pub fn open_with(
+        index: Arc<dyn MetaIndex>,
+        volumes: Option<Arc<VolumeSet>>,
+        dir: &Path,
+    ) -> ReplicaResult<PartitionMachine> {
         std::fs::create_dir_all(dir)?;
         remove_leftovers(dir)?;
         let shared = Shared {
             index,
+            volumes,
             dir: dir.to_path_buf(),
             lock: Mutex::new(()),
             received: AtomicU64::new(0),
@@ -166,10 +181,14 @@ impl Shared {
         let Some(last) = entries.last().map(|e| e.log_id) else {
             return Ok(replies);
         };
+        let mut written = std::collections::BTreeSet::new();
         for entry in entries {
             match entry.payload {
                 EntryPayload::Blank => {}
-                EntryPayload::Normal(m) => m.batch.append_to(&mut batch),
+                EntryPayload::Normal(m) => {
+                    self.write_data(&m.data, &mut written)?;
+                    m.batch.append_to(&mut batch);
+                }
                 EntryPayload::Membership(mem) => {
                     let stored = Membership::new(Some(entry.log_id), mem);
                     batch.put(MEMBERSHIP.to_vec(), bincode::serialize(&stored)?);
@@ -179,10 +198,37 @@ impl Shared {
                 index: entry.log_id.index,
             });
         }
+        // The data before the applied id that says it is there.
+        if let Some(v) = &self.volumes {
+            for &segment in &written {
+                v.sync(segment)?;
+            }
+        }
         batch.put(APPLIED.to_vec(), bincode::serialize(&Some(last))?);
         self.index.write(batch)?;
         self.index.sync()?;
         Ok(replies)
+    }
+
+    /// Write an entry's data pieces into the volumes, noting the segments.
+    fn write_data(
+        &self,
+        pieces: &[crate::types::DataPiece],
+        written: &mut std::collections::BTreeSet<u64>,
+    ) -> ReplicaResult<()> {
+        if pieces.is_empty() {
+            return Ok(());
+        }
+        let Some(v) = &self.volumes else {
+            return Err(ReplicaError::Snapshot(
+                "an entry carries volume data but the group has no volumes".into(),
+            ));
+        };
+        for p in pieces {
+            v.write_at(p.segment, p.offset, &p.bytes)?;
+            written.insert(p.segment);
+        }
+        Ok(())
     }
 
     /// Stream the index into a new `current.snap` and return it.

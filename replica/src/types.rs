@@ -4,12 +4,13 @@
 //! A log entry's application payload is a [`Mutation`]: the index batch one
 //! round of the partition's group commit produced ([`WriteBatch`], carried
 //! here as [`BatchWire`] because the store's batch type has no serde form),
-//! plus the object-data references the batch's records point at. Nothing
-//! writes data references yet: object bodies still live in each node's own
-//! volumes. The field exists so that the entry format does not change when
-//! bodies start to replicate with their entries.
+//! and/or pieces of volume data ([`DataPiece`]): an object body above the
+//! inline size is shipped piece by piece ahead of the record that points
+//! at it, and every replica writes each piece at the same segment and
+//! offset (docs/replication.md, "Write path").
 
 use laneway_store::index::{BatchOp, WriteBatch};
+use laneway_store::replication::VolumeWrite;
 use serde::{Deserialize, Serialize};
 
 /// A node's id within the cluster (the cluster file's node number).
@@ -40,13 +41,15 @@ pub type Membership = openraft::StoredMembership<NodeId, openraft::BasicNode>;
 /// The metadata of a partition snapshot.
 pub type SnapshotMeta = openraft::SnapshotMeta<NodeId, openraft::BasicNode>;
 
-/// One replicated change of a partition.
+/// One replicated change of a partition: index rows, or a piece of
+/// volume data, or both.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Mutation {
     /// The index rows to write, all at once.
     pub batch: BatchWire,
-    /// Object bodies the batch's rows point at (none yet: see the module doc).
-    pub data: Vec<DataRef>,
+    /// Volume bytes to write before the rows (a piece of an object body
+    /// shipped ahead of the record that will point at it).
+    pub data: Vec<DataPiece>,
 }
 
 impl Mutation {
@@ -57,19 +60,31 @@ impl Mutation {
             data: Vec::new(),
         }
     }
+
+    /// A mutation of volume bytes only.
+    pub fn of_data(w: &VolumeWrite) -> Mutation {
+        Mutation {
+            batch: BatchWire::default(),
+            data: vec![DataPiece {
+                segment: w.segment,
+                offset: w.offset,
+                bytes: w.bytes.to_vec(),
+            }],
+        }
+    }
 }
 
-/// Where an object body that replicates with an entry lives in a volume.
+/// Bytes of a volume segment at an offset, written by every replica that
+/// applies the entry ([`laneway_store::volume::VolumeSet::write_at`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DataRef {
+pub struct DataPiece {
     /// The volume segment's id.
     pub segment: u64,
-    /// Byte offset of the record in the segment.
+    /// Byte offset in the segment.
     pub offset: u64,
-    /// Length of the record in bytes.
-    pub len: u64,
-    /// CRC32C of the record's bytes.
-    pub crc32c: u32,
+    /// The bytes.
+    #[serde(with = "serde_bytes")]
+    pub bytes: Vec<u8>,
 }
 
 /// A [`WriteBatch`] in a form serde can encode.

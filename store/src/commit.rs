@@ -535,21 +535,35 @@ pub(crate) fn check_cond(cond: &WriteCond, old: Option<&StoredObject>) -> StoreR
     }
 }
 
+/// Where a round's batch goes: the partition's own index, synced when
+/// `durable`, or its replication group ([`crate::replication`]), whose
+/// state machine writes it on every replica once a quorum has it.
+#[derive(Clone)]
+pub enum Sink {
+    /// This store's index is the only copy.
+    Local {
+        /// fdatasync volumes and sync the index before answering.
+        durable: bool,
+    },
+    /// The partition's replication group.
+    Group(Arc<dyn crate::replication::Group>),
+}
+
 /// Start the commit thread of a partition.
 pub fn spawn(
     name: String,
     index: Arc<dyn MetaIndex>,
     volumes: Arc<VolumeSet>,
-    durable: bool,
+    sink: Sink,
 ) -> StoreResult<(Sender<Request>, std::thread::JoinHandle<()>)> {
     let (tx, rx) = crossbeam_channel::unbounded();
     let handle = std::thread::Builder::new()
         .name(name)
-        .spawn(move || run(&*index, &volumes, &rx, durable))?;
+        .spawn(move || run(&*index, &volumes, &rx, &sink))?;
     Ok((tx, handle))
 }
 
-fn run(index: &dyn MetaIndex, volumes: &VolumeSet, rx: &Receiver<Request>, durable: bool) {
+fn run(index: &dyn MetaIndex, volumes: &VolumeSet, rx: &Receiver<Request>, sink: &Sink) {
     // Set after a failed round: check the volumes once the index works again.
     let mut verify = false;
     // Ends when every sender is gone (shutdown) and the queue is drained.
@@ -564,7 +578,7 @@ fn run(index: &dyn MetaIndex, volumes: &VolumeSet, rx: &Receiver<Request>, durab
         if verify {
             verify = !verify_volumes(index, volumes);
         }
-        verify |= !commit_round(index, volumes, reqs, durable);
+        verify |= !commit_round(index, volumes, reqs, sink);
     }
 }
 
@@ -605,8 +619,22 @@ fn commit_round(
     index: &dyn MetaIndex,
     volumes: &VolumeSet,
     reqs: Vec<Request>,
-    durable: bool,
+    sink: &Sink,
 ) -> bool {
+    if let Sink::Group(group) = sink
+        && let Err(e) = group.settle()
+    {
+        volumes.committed(
+            &reqs
+                .iter()
+                .flat_map(|r| r.segments.clone())
+                .collect::<Vec<_>>(),
+        );
+        for req in reqs {
+            let _ = req.reply.send(Err(same_error(&e)));
+        }
+        return true;
+    }
     let mut round = Round::new(index);
     let mut segments = BTreeSet::new();
     let mut named = Vec::new();
@@ -619,8 +647,10 @@ fn commit_round(
         }
         answers.push((req.reply, result));
     }
-    let committed = persist(index, volumes, round, &segments, durable);
-    if let Err(e) = &committed {
+    let committed = persist(index, volumes, round, &segments, sink);
+    if let Err(e) = &committed
+        && matches!(sink, Sink::Local { .. })
+    {
         tracing::warn!(error = %e, segments = segments.len(), "commit round failed; sealing its segments");
         for &s in &segments {
             volumes.seal(s);
@@ -633,6 +663,7 @@ fn commit_round(
         let result = match (&committed, result) {
             (Ok(()), r) => r,
             (Err(StoreError::Unavailable(m)), Ok(_)) => Err(StoreError::Unavailable(m.clone())),
+            (Err(StoreError::NotLeader(l)), Ok(_)) => Err(StoreError::NotLeader(*l)),
             (Err(e), Ok(_)) => Err(StoreError::Io(std::io::Error::other(e.to_string()))),
             (Err(_), Err(e)) => Err(e),
         };
@@ -642,13 +673,35 @@ fn commit_round(
     committed.is_ok()
 }
 
+/// `e` again, for each request of a round that failed as a whole.
+fn same_error(e: &StoreError) -> StoreError {
+    match e {
+        StoreError::NotLeader(l) => StoreError::NotLeader(*l),
+        StoreError::Unavailable(m) => StoreError::Unavailable(m.clone()),
+        other => StoreError::Unavailable(other.to_string()),
+    }
+}
+
 fn persist(
     index: &dyn MetaIndex,
     volumes: &VolumeSet,
     round: Round<'_>,
     segments: &BTreeSet<u64>,
-    durable: bool,
+    sink: &Sink,
 ) -> StoreResult<()> {
+    let durable = match sink {
+        Sink::Local { durable } => *durable,
+        // The volume bytes went to a quorum's logs before these ops were
+        // queued (Group::ship); the batch goes the same way.
+        Sink::Group(group) => {
+            let batch = round.into_batch()?;
+            return if batch.is_empty() {
+                Ok(())
+            } else {
+                group.commit(batch)
+            };
+        }
+    };
     if durable {
         for &s in segments {
             volumes.sync(s)?;

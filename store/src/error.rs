@@ -75,6 +75,10 @@ pub enum StoreError {
     /// only the partitions its map gives it).
     #[error("{0} is not hosted here")]
     NotHosted(crate::ids::PartitionId),
+    /// This replica of the partition (or catalog) group is not its leader;
+    /// the leader's Raft id, when known ([`crate::replication`]).
+    #[error("not the leader of this group (leader: {0:?}); retry at the leader")]
+    NotLeader(Option<u64>),
     /// The data directory was created with different settings.
     #[error("data directory mismatch: {0}")]
     Layout(String),

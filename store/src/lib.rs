@@ -38,6 +38,7 @@ pub mod partition;
 pub mod quota;
 pub mod record;
 pub mod remote;
+pub mod replication;
 pub mod rpc;
 pub mod space;
 pub mod store;

@@ -45,6 +45,8 @@ pub struct Partition {
     /// The store's bucket liveness gate, entered by commits that add to a
     /// bucket ([`crate::gate`]).
     gate: Arc<crate::gate::BucketGate>,
+    /// The partition's replication group, when it has one.
+    group: Option<Arc<dyn crate::replication::Group>>,
 }
 
 /// Milliseconds since the Unix epoch, now.
@@ -125,15 +127,34 @@ impl Partition {
         std::fs::create_dir_all(&index_dir)?;
         let index: Arc<dyn MetaIndex> = Arc::from(open_index_with(engine, &index_dir, mem)?);
         let volumes = Arc::new(VolumeSet::open(&root.join("volumes"), cfg.segment_max)?);
-        let indexed = crate::tagindex::backfill(&*index)?;
-        if indexed > 0 {
-            tracing::info!(partition = %id, objects = indexed, "built the tag index of a partition written before it existed");
-        }
+        let group = match &cfg.groups {
+            // A replicated partition's index is written only by its log
+            // (it was born with the tag index: nothing to backfill).
+            Some(opener) => Some(opener.0.open(
+                id,
+                Arc::clone(&index),
+                Arc::clone(&volumes),
+                &root.join("raft"),
+            )?),
+            None => {
+                let indexed = crate::tagindex::backfill(&*index)?;
+                if indexed > 0 {
+                    tracing::info!(partition = %id, objects = indexed, "built the tag index of a partition written before it existed");
+                }
+                None
+            }
+        };
+        let sink = match &group {
+            Some(g) => commit::Sink::Group(Arc::clone(g)),
+            None => commit::Sink::Local {
+                durable: cfg.durable,
+            },
+        };
         let (tx, thread) = commit::spawn(
             format!("commit-{id}"),
             Arc::clone(&index),
             Arc::clone(&volumes),
-            cfg.durable,
+            sink,
         )?;
         Ok(Arc::new(Partition {
             id,
@@ -144,7 +165,13 @@ impl Partition {
             inline_max: cfg.inline_max,
             space,
             gate,
+            group,
         }))
+    }
+
+    /// The partition's replication group, if it is replicated.
+    pub fn group(&self) -> Option<&Arc<dyn crate::replication::Group>> {
+        self.group.as_ref()
     }
 
     /// This partition's id.
@@ -341,6 +368,9 @@ impl Partition {
         let id = seg.id();
         self.volumes.release(seg);
         let (size, (md5, checksum), data) = result?;
+        if let Some(group) = &self.group {
+            self.ship(group, &data).await?;
+        }
         Ok(Received {
             size,
             md5,
@@ -348,6 +378,46 @@ impl Partition {
             data,
             segment: Some(id),
         })
+    }
+
+    /// Replicate the volume record `data` names (already in this
+    /// replica's volume) to the group, a piece at a time, before the op
+    /// that points at it is queued: an entry never commits pointing at
+    /// bytes a quorum does not have.
+    async fn ship(
+        &self,
+        group: &Arc<dyn crate::replication::Group>,
+        data: &DataLoc,
+    ) -> StoreResult<()> {
+        let DataLoc::Volume {
+            segment,
+            offset,
+            record_len,
+        } = *data
+        else {
+            return Ok(());
+        };
+        let file = self.volumes.file(segment)?;
+        let piece = crate::replication::SHIP_PIECE;
+        let mut at = offset;
+        while at < offset + record_len {
+            let len = piece.min(offset + record_len - at);
+            let f = Arc::clone(&file);
+            let bytes = tokio::task::spawn_blocking(move || {
+                let mut buf = vec![0u8; usize::try_from(len).unwrap_or(usize::MAX)];
+                std::os::unix::fs::FileExt::read_exact_at(&*f, &mut buf, at).map(|()| buf)
+            })
+            .await
+            .map_err(|e| StoreError::Engine(format!("volume read task: {e}")))??;
+            let write = crate::replication::VolumeWrite {
+                segment,
+                offset: at,
+                bytes: Bytes::from(bytes),
+            };
+            group.ship(write).await?;
+            at += len;
+        }
+        Ok(())
     }
 
     /// Metadata and body of an object, whole or a range.
@@ -525,6 +595,9 @@ impl Partition {
             && t.join().is_err()
         {
             tracing::error!(partition = %self.id, "commit thread panicked");
+        }
+        if let Some(g) = &self.group {
+            g.shutdown();
         }
         if let Err(e) = self.index.sync() {
             tracing::error!(partition = %self.id, error = %e, "final index sync failed");

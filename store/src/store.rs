@@ -50,6 +50,9 @@ pub struct StoreConfig {
     /// of the map); `None`: every partition (`laneway serve`). The others
     /// answer [`StoreError::NotHosted`].
     pub hosted: Option<Vec<crate::ids::PartitionId>>,
+    /// Replicate every hosted partition through the groups this opens
+    /// ([`crate::replication`]); `None`: this store's copy is the only one.
+    pub groups: Option<crate::replication::Replication>,
 }
 
 /// Default [`StoreConfig::index_memory`]: 128 MiB, so 16 partitions keep
@@ -68,6 +71,7 @@ impl Default for StoreConfig {
             disk_reserve: crate::space::DiskReserve::Auto,
             index_memory: DEFAULT_INDEX_MEMORY,
             hosted: None,
+            groups: None,
         }
     }
 }

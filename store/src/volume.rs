@@ -229,6 +229,60 @@ impl VolumeSet {
         }
     }
 
+    /// Start writing under leader term `term` (a replicated partition
+    /// whose replica just became leader): idle segments of earlier terms
+    /// are sealed and new segments get ids of this term's epoch
+    /// ([`crate::replication::segment_epoch`]), so no two leaders ever
+    /// append to one segment.
+    pub fn begin_term(&self, term: u64) {
+        let first = term << crate::replication::EPOCH_SHIFT;
+        self.next_id.fetch_max(first, Ordering::Relaxed);
+        let idle: Vec<SegmentWriter> = std::mem::take(&mut *self.free.lock());
+        let (keep, old): (Vec<_>, Vec<_>) = idle
+            .into_iter()
+            .partition(|w| crate::replication::segment_epoch(w.id) == term);
+        let mut active = self.active.lock();
+        for w in old {
+            active.remove(&w.id);
+        }
+        drop(active);
+        self.free.lock().extend(keep);
+    }
+
+    /// Write `bytes` at `offset` of segment `id`, creating the segment
+    /// (sealed: only its own leader appends to it) if this replica has not
+    /// seen it: how a replica applies volume data from its group's log.
+    /// Not synced: see [`VolumeSet::sync`].
+    pub fn write_at(&self, id: u64, offset: u64, bytes: &[u8]) -> StoreResult<()> {
+        let known = self.files.read().get(&id).cloned();
+        let file = match known {
+            Some(f) => f,
+            None => self.create_replicated(id)?,
+        };
+        file.write_all_at(bytes, offset)?;
+        Ok(())
+    }
+
+    /// The file of segment `id`, created for [`VolumeSet::write_at`].
+    fn create_replicated(&self, id: u64) -> StoreResult<Arc<File>> {
+        let mut files = self.files.write();
+        if let Some(f) = files.get(&id) {
+            return Ok(Arc::clone(f));
+        }
+        let file = Arc::new(
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(segment_path(&self.dir, id))?,
+        );
+        sync_dir(&self.dir)?;
+        self.next_id.fetch_max(id + 1, Ordering::Relaxed);
+        files.insert(id, Arc::clone(&file));
+        Ok(file)
+    }
+
     /// Seal segment `id` now, lent out or not (its fsync failed).
     pub fn seal(&self, id: u64) {
         self.active.lock().remove(&id);

@@ -209,6 +209,12 @@ fn from_store(e: StoreError) -> S3Error {
                 "The storage for this object is moving; please retry.",
             )
         }
+        // A leader change the store client could not ride out in its
+        // deadline: an election is under way.
+        StoreError::NotLeader(_) => msg(
+            C::ServiceUnavailable,
+            "The storage for this object is electing a new leader; please retry.",
+        ),
         e @ (StoreError::Corrupt(_)
         | StoreError::Layout(_)
         | StoreError::Io(_)

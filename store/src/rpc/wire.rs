@@ -68,6 +68,12 @@ pub enum WireCode {
         /// The node's partition map version.
         map_version: u64,
     },
+    /// This node's replica is not the group's leader; the leader's Raft
+    /// id when known.
+    NotLeader {
+        /// The leader's Raft id.
+        leader: Option<u64>,
+    },
     /// The call's signature was refused (wrong secret, skewed clock).
     Unauthorized,
     /// Unknown method or arguments that do not decode.
@@ -120,6 +126,7 @@ impl WireError {
             // The node's handler answers with its map version; a bare
             // conversion only knows the partition is elsewhere.
             S::NotHosted(_) => W::WrongNode { map_version: 0 },
+            S::NotLeader(leader) => W::NotLeader { leader: *leader },
             S::Layout(_) | S::Io(_) | S::Engine(_) => W::Internal,
         };
         WireError::new(code, e.to_string())
@@ -149,6 +156,7 @@ impl WireError {
             W::InsufficientStorage => S::InsufficientStorage,
             W::QuotaExceeded => S::QuotaExceeded(self.message),
             W::Unavailable | W::WrongNode { .. } => S::Unavailable(self.message),
+            W::NotLeader { leader } => S::NotLeader(leader),
             W::Internal | W::Unauthorized | W::BadCall => {
                 S::Engine(format!("store node: {}", self.message))
             }

@@ -1,0 +1,352 @@
+//! Three replicated stores in one process (every partition a group of
+//! three, over the in-memory transport): what the store acknowledged
+//! survives the leader's stop, whole-object bodies above the inline size
+//! included (they travel as volume pieces in the log), a follower refuses
+//! to serve, and a stopped store catches up when it comes back.
+//!
+//! Waits are bounded by generous timeouts that only turn a hang into a
+//! failure; nothing asserts how long anything took.
+
+use bytes::Bytes;
+use futures::StreamExt;
+use laneway_replica::group::{GroupSpec, RaftOpener};
+use laneway_replica::memnet::Router;
+use laneway_replica::types::NodeId;
+use laneway_store::ids::PartitionId;
+use laneway_store::replication::Replication;
+use laneway_store::{BodyStream, BucketInfo, PutOptions, Store, StoreConfig, StoreError, TenantId};
+use openraft::BasicNode;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const PARTITIONS: u32 = 2;
+const PATIENCE: Duration = Duration::from_secs(60);
+
+fn members() -> BTreeMap<NodeId, BasicNode> {
+    (1..=3)
+        .map(|i| (i, BasicNode::new(format!("node-{i}"))))
+        .collect()
+}
+
+/// The stores of the three nodes and the transports between their groups.
+struct Nodes {
+    rt: tokio::runtime::Runtime,
+    routers: Arc<Vec<Router>>,
+    dirs: Vec<PathBuf>,
+    _root: tempfile::TempDir,
+    stores: BTreeMap<NodeId, Arc<Store>>,
+}
+
+impl Nodes {
+    fn new() -> Nodes {
+        let root = tempfile::tempdir().expect("tempdir");
+        let dirs = (1..=3).map(|i| root.path().join(format!("n{i}"))).collect();
+        let routers = Arc::new((0..PARTITIONS).map(|_| Router::default()).collect());
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let mut nodes = Nodes {
+            rt,
+            routers,
+            dirs,
+            _root: root,
+            stores: BTreeMap::new(),
+        };
+        for id in 1..=3 {
+            nodes.start(id);
+        }
+        nodes
+    }
+
+    /// Open node `id`'s store (its groups join the transport).
+    fn start(&mut self, id: NodeId) {
+        let store = open_store(
+            &self.dirs[usize::try_from(id - 1).expect("id")],
+            id,
+            &self.routers,
+            self.rt.handle().clone(),
+        );
+        self.stores.insert(id, store);
+    }
+
+    /// Stop node `id`: unreachable first, then its store closed.
+    fn stop(&mut self, id: NodeId) {
+        for r in self.routers.iter() {
+            r.remove(id);
+        }
+        if let Some(s) = self.stores.remove(&id) {
+            s.shutdown();
+        }
+    }
+
+    /// The node whose store accepts a PUT of `key` (its partition's
+    /// leader), retrying through elections.
+    fn put(&self, b: &BucketInfo, key: &str, data: &[u8]) -> NodeId {
+        let start = Instant::now();
+        loop {
+            for (&id, store) in &self.stores {
+                let r = self.rt.block_on(store.put_object(
+                    b,
+                    key,
+                    Default::default(),
+                    opts(data.len()),
+                    body(data),
+                ));
+                match r {
+                    Ok(_) => return id,
+                    Err(StoreError::NotLeader(_) | StoreError::Unavailable(_)) => {}
+                    Err(e) => panic!("put {key} at node {id}: {e}"),
+                }
+            }
+            assert!(start.elapsed() < PATIENCE, "no leader took {key}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// `key` read at its partition's leader after a read barrier.
+    fn get(&self, b: &BucketInfo, key: &str) -> Option<Vec<u8>> {
+        let start = Instant::now();
+        let p = laneway_store::hash::partition_of(b.id, key.as_bytes(), PARTITIONS);
+        loop {
+            for store in self.stores.values() {
+                let group = store.partition(p).expect("hosted").group().expect("group");
+                if self.rt.block_on(group.read_barrier()).is_err() {
+                    continue;
+                }
+                return match store.get_object(b, key, None) {
+                    Ok((_, stream)) => Some(self.rt.block_on(read_all(stream))),
+                    Err(StoreError::NoSuchKey) => None,
+                    Err(e) => panic!("get {key}: {e}"),
+                };
+            }
+            assert!(start.elapsed() < PATIENCE, "no leader served {key}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The leader of partition `p`, once one leads.
+    fn leader(&self, p: PartitionId) -> NodeId {
+        let start = Instant::now();
+        loop {
+            for (&id, store) in &self.stores {
+                let status = store
+                    .partition(p)
+                    .expect("hosted")
+                    .group()
+                    .expect("group")
+                    .status();
+                if status.leader == Some(id) {
+                    return id;
+                }
+            }
+            assert!(start.elapsed() < PATIENCE, "{p} elected no leader");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Nodes {
+    fn drop(&mut self) {
+        let ids: Vec<NodeId> = self.stores.keys().copied().collect();
+        for id in ids {
+            self.stop(id);
+        }
+    }
+}
+
+fn open_store(
+    dir: &Path,
+    me: NodeId,
+    routers: &Arc<Vec<Router>>,
+    handle: tokio::runtime::Handle,
+) -> Arc<Store> {
+    let (net, started) = (Arc::clone(routers), Arc::clone(routers));
+    let opener = RaftOpener {
+        spec: Box::new(move |_| GroupSpec {
+            me,
+            members: members(),
+        }),
+        network: Box::new(move |p: PartitionId| net[p.0 as usize].clone()),
+        started: Box::new(move |p: PartitionId, raft| started[p.0 as usize].add(me, raft)),
+        handle,
+    };
+    let cfg = StoreConfig {
+        partitions: Some(PARTITIONS),
+        inline_max: 1024,
+        groups: Some(Replication(Arc::new(opener))),
+        ..StoreConfig::default()
+    };
+    Store::open(dir, cfg).expect("open a replicated store")
+}
+
+fn opts(len: usize) -> PutOptions {
+    PutOptions {
+        content_length: Some(len as u64),
+        ..PutOptions::default()
+    }
+}
+
+fn body(data: &[u8]) -> BodyStream {
+    let chunks: Vec<Result<Bytes, std::io::Error>> = data
+        .chunks(64 * 1024)
+        .map(|c| Ok(Bytes::copy_from_slice(c)))
+        .collect();
+    Box::pin(futures::stream::iter(chunks))
+}
+
+async fn read_all(mut s: BodyStream) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(c) = s.next().await {
+        out.extend_from_slice(&c.expect("body chunk"));
+    }
+    out
+}
+
+/// A body of `len` bytes that differs per `seed`.
+fn data(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x.to_le_bytes()[0]
+        })
+        .collect()
+}
+
+/// The same bucket in every node's (local) catalog.
+fn bucket(nodes: &Nodes) -> BucketInfo {
+    let tenant = TenantId("t1".into());
+    let made: Vec<BucketInfo> = nodes
+        .stores
+        .values()
+        .map(|s| s.create_bucket(&tenant, "b", "us-east-1").expect("bucket"))
+        .collect();
+    assert!(made.windows(2).all(|w| w[0].id == w[1].id));
+    made[0].clone()
+}
+
+#[test]
+fn acknowledged_objects_survive_the_leaders_stop_and_a_replica_catches_up() {
+    let mut nodes = Nodes::new();
+    let b = bucket(&nodes);
+    // Small (inline) and large (volume, several shipped pieces) bodies.
+    let sizes = [10usize, 900, 5_000, 300_000, 2_500_000];
+    let mut acked: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    for (i, &len) in sizes.iter().enumerate() {
+        let key = format!("k{i}");
+        let body = data(i as u64, len);
+        nodes.put(&b, &key, &body);
+        acked.insert(key, body);
+    }
+    for (k, v) in &acked {
+        assert_eq!(
+            nodes.get(&b, k).as_deref(),
+            Some(v.as_slice()),
+            "{k} before the stop"
+        );
+    }
+    // A follower's store refuses reads.
+    let p0 = PartitionId(0);
+    let leader = nodes.leader(p0);
+    let follower = *nodes
+        .stores
+        .keys()
+        .find(|&&id| id != leader)
+        .expect("a follower");
+    let g = nodes.stores[&follower]
+        .partition(p0)
+        .expect("hosted")
+        .group()
+        .expect("group")
+        .clone();
+    assert!(matches!(
+        nodes.rt.block_on(g.read_barrier()),
+        Err(StoreError::NotLeader(_))
+    ));
+
+    // Stop partition 0's leader: a new one serves everything acknowledged
+    // (its volumes got the large bodies from the log), and takes writes.
+    nodes.stop(leader);
+    for (k, v) in &acked {
+        assert_eq!(
+            nodes.get(&b, k).as_deref(),
+            Some(v.as_slice()),
+            "{k} after the stop"
+        );
+    }
+    for i in 0..4u64 {
+        let key = format!("after-{i}");
+        let body = data(100 + i, if i % 2 == 0 { 200 } else { 700_000 });
+        nodes.put(&b, &key, &body);
+        acked.insert(key, body);
+    }
+    // Overwrite and delete while one replica is down.
+    let over = data(999, 50_000);
+    nodes.put(&b, "k0", &over);
+    acked.insert("k0".into(), over);
+
+    // The stopped node comes back and catches up from the log; then the
+    // other two stop in turn, so it must serve as leader with the rest.
+    nodes.start(leader);
+    let others: Vec<NodeId> = nodes
+        .stores
+        .keys()
+        .copied()
+        .filter(|&id| id != leader)
+        .collect();
+    // Let it catch up before the others go (it needs a quorum partner).
+    wait_caught_up(&nodes, leader);
+    nodes.stop(others[0]);
+    for (k, v) in &acked {
+        assert_eq!(
+            nodes.get(&b, k).as_deref(),
+            Some(v.as_slice()),
+            "{k} after the restart"
+        );
+    }
+    let usage = nodes.stores[&leader].bucket_usage(b.id).expect("usage");
+    assert_eq!(usage.objects, acked.len() as i64);
+    assert_eq!(
+        usage.bytes,
+        acked.values().map(|v| v.len() as i64).sum::<i64>()
+    );
+}
+
+/// Wait until node `id` has applied, in every partition, what the leader
+/// had committed when the wait began.
+fn wait_caught_up(nodes: &Nodes, id: NodeId) {
+    for p in 0..PARTITIONS {
+        let p = PartitionId(p);
+        let leader = nodes.leader(p);
+        let target = nodes.stores[&leader]
+            .partition(p)
+            .expect("hosted")
+            .group()
+            .expect("group")
+            .status()
+            .last_log;
+        let start = Instant::now();
+        loop {
+            let s = nodes.stores[&id]
+                .partition(p)
+                .expect("hosted")
+                .group()
+                .expect("group")
+                .status();
+            if s.applied >= target {
+                break;
+            }
+            assert!(
+                start.elapsed() < PATIENCE,
+                "node {id} did not catch up on {p}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}

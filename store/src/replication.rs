@@ -1,0 +1,130 @@
+//! The seam between a partition and its replication group.
+//!
+//! The store does not know the consensus engine (that is `laneway-replica`,
+//! on openraft); it knows a [`Group`]: something that makes one round of
+//! the partition's group commit durable on a quorum, replicates volume
+//! bytes ahead of the record that will point at them, and says whether
+//! this replica may serve a read. A store opened with a
+//! [`StoreConfig::groups`](crate::StoreConfig) opener hands every hosted
+//! partition's index and volumes to it at open, and from then on:
+//!
+//! - the commit thread gives each round's index batch to
+//!   [`Group::commit`] instead of writing it (the group's state machine
+//!   writes it, on every replica, in log order);
+//! - a body received into a volume record is shipped with
+//!   [`Group::ship`] before its op is queued, in pieces of at most
+//!   [`SHIP_PIECE`] bytes, each piece a log entry that every replica writes
+//!   at the same segment and offset ([`crate::volume::VolumeSet::write_at`]);
+//! - a store node asks [`Group::read_barrier`] before serving a read and
+//!   refuses with [`StoreError::NotLeader`](crate::StoreError) when this
+//!   replica is not the leader.
+//!
+//! Volume segments are named by the leader's term ([`segment_epoch`]): a
+//! leader writes only to segments whose id starts with its term, so
+//! entries of two leaders never write to the same segment, and a replica's
+//! volumes are, at every committed position, what the log says.
+
+use crate::error::StoreResult;
+use crate::ids::PartitionId;
+use crate::index::{MetaIndex, WriteBatch};
+use crate::volume::VolumeSet;
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use std::path::Path;
+use std::sync::Arc;
+
+/// Largest piece of volume data one log entry carries.
+pub const SHIP_PIECE: u64 = 1 << 20;
+
+/// Bits of a segment id below its epoch (the leader term that made it).
+pub const EPOCH_SHIFT: u32 = 32;
+
+/// The epoch (leader term) a segment id belongs to.
+pub fn segment_epoch(segment: u64) -> u64 {
+    segment >> EPOCH_SHIFT
+}
+
+/// Bytes to write into a volume segment at an offset, on every replica.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VolumeWrite {
+    /// The segment.
+    pub segment: u64,
+    /// Byte offset in the segment.
+    pub offset: u64,
+    /// The bytes (a piece of one volume record).
+    pub bytes: Bytes,
+}
+
+/// What a partition needs of its replication group.
+pub trait Group: Send + Sync {
+    /// Wait until this replica is the leader and its index holds every
+    /// entry its log held when called (a commit that timed out may still
+    /// be applied later: the next round must not read around it), or fail
+    /// with [`StoreError::NotLeader`](crate::StoreError) or
+    /// `Unavailable`. Blocking: the commit thread calls it before it reads
+    /// the index for a round.
+    fn settle(&self) -> StoreResult<()>;
+
+    /// Make `batch` durable on a quorum and applied to this replica's
+    /// index (by the group's state machine), or fail with nothing applied
+    /// by this call. Blocking: the commit thread calls it.
+    fn commit(&self, batch: WriteBatch) -> StoreResult<()>;
+
+    /// Replicate `write` (bytes already in this replica's own volume)
+    /// to a quorum's volumes; done once the entry carrying it committed.
+    fn ship(&self, write: VolumeWrite) -> BoxFuture<'static, StoreResult<()>>;
+
+    /// Wait until this replica may serve a linearizable read (it is the
+    /// leader and has applied everything committed before the call), or
+    /// fail with [`StoreError::NotLeader`](crate::StoreError).
+    fn read_barrier(&self) -> BoxFuture<'static, StoreResult<()>>;
+
+    /// The group's state as this replica sees it.
+    fn status(&self) -> GroupStatus;
+
+    /// Stop this replica of the group (the store is closing). Blocking.
+    fn shutdown(&self);
+}
+
+/// One group's state at one replica (for `cluster status` and metrics).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct GroupStatus {
+    /// This replica's Raft id.
+    pub me: u64,
+    /// The current leader's Raft id, if known.
+    pub leader: Option<u64>,
+    /// The current term.
+    pub term: u64,
+    /// Last log index this replica holds.
+    pub last_log: u64,
+    /// Last index applied to the partition.
+    pub applied: u64,
+    /// Voters of the group.
+    pub voters: Vec<u64>,
+    /// At the leader: each follower's matched log index.
+    pub matched: Vec<(u64, u64)>,
+}
+
+/// Opens the group of each partition a store hosts.
+pub trait GroupOpener: Send + Sync {
+    /// The group of `partition`, whose state machine writes `index` and
+    /// `volumes`; its own files (log, snapshots) go under `dir`.
+    fn open(
+        &self,
+        partition: PartitionId,
+        index: Arc<dyn MetaIndex>,
+        volumes: Arc<VolumeSet>,
+        dir: &Path,
+    ) -> StoreResult<Arc<dyn Group>>;
+}
+
+/// A [`GroupOpener`] in a [`StoreConfig`](crate::StoreConfig) (which is
+/// `Clone` and `Debug`).
+#[derive(Clone)]
+pub struct Replication(pub Arc<dyn GroupOpener>);
+
+impl std::fmt::Debug for Replication {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Replication(..)")
+    }
+}
