@@ -20,6 +20,7 @@ pub mod blocking;
 pub mod log_store;
 pub mod machine;
 pub mod memnet;
+pub mod net;
 pub mod snapshot;
 pub mod types;
 
