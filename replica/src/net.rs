@@ -26,7 +26,7 @@ pub mod service;
 pub mod wire;
 
 pub use peers::{Connection, Peers, RpcNetwork};
-pub use service::{RaftService, Split};
+pub use service::{RaftService, Received, Split};
 
 use crate::blocking::{ReplicaError, ReplicaResult};
 use crate::types::{NodeId, PartitionRaft};

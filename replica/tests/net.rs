@@ -366,6 +366,11 @@ async fn a_node_behind_a_purged_log_catches_up_from_a_snapshot_over_the_rpc() {
         snapshot.is_some_and(|s| s.index >= purged),
         "group 1 on the restarted node was sent a snapshot ({snapshot:?}, purged {purged})"
     );
+    let chunks = cluster.running[&behind].service.received().snapshot_chunks;
+    assert!(
+        chunks >= 2,
+        "the snapshot crossed the rpc in several chunks ({chunks})"
+    );
 }
 
 /// Snapshot `raft` (a leader) at what it applied and purge its log up to

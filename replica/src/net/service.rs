@@ -15,6 +15,7 @@ use futures::future::BoxFuture;
 use laneway_store::BodyStream;
 use laneway_store::rpc::{Handler, Reply, WireCode, WireError};
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 /// The groups this node hosts, by id, reachable by their peers.
@@ -22,6 +23,30 @@ use std::sync::{Arc, RwLock};
 pub struct RaftService {
     /// Held only to look up, add or remove a handle, never across a call.
     groups: RwLock<BTreeMap<GroupId, PartitionRaft>>,
+    counts: Counts,
+}
+
+/// Messages handed to a group since the service started, by kind, and
+/// calls refused (undecodable, unknown method, group not hosted).
+#[derive(Default)]
+struct Counts {
+    appends: AtomicU64,
+    votes: AtomicU64,
+    snapshot_chunks: AtomicU64,
+    refused: AtomicU64,
+}
+
+/// What a [`RaftService`] has received, for metrics and tests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Received {
+    /// Appends (heartbeats included) handed to a group.
+    pub appends: u64,
+    /// Vote requests handed to a group.
+    pub votes: u64,
+    /// Snapshot chunks handed to a group.
+    pub snapshot_chunks: u64,
+    /// Calls answered with an error before reaching a group.
+    pub refused: u64,
 }
 
 impl RaftService {
@@ -50,6 +75,17 @@ impl RaftService {
         groups.get(&group).cloned()
     }
 
+    /// The counts of messages received so far.
+    pub fn received(&self) -> Received {
+        let c = &self.counts;
+        Received {
+            appends: c.appends.load(Ordering::Relaxed),
+            votes: c.votes.load(Ordering::Relaxed),
+            snapshot_chunks: c.snapshot_chunks.load(Ordering::Relaxed),
+            refused: c.refused.load(Ordering::Relaxed),
+        }
+    }
+
     /// Every hosted group and its handle.
     pub fn all(&self) -> Vec<(GroupId, PartitionRaft)> {
         let groups = self.groups.read().unwrap_or_else(|p| p.into_inner());
@@ -76,6 +112,13 @@ impl Handler for RaftService {
         // Decoding and the lookup happen before the future, so it holds a
         // handle of its own and no lock.
         let routed = route(self, &method, &args);
+        let counter = match &routed {
+            Ok((_, RaftMsg::Append(_))) => &self.counts.appends,
+            Ok((_, RaftMsg::Vote(_))) => &self.counts.votes,
+            Ok((_, RaftMsg::Snapshot(_))) => &self.counts.snapshot_chunks,
+            Err(_) => &self.counts.refused,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
         Box::pin(async move {
             let (raft, msg) = routed?;
             let reply = RaftReply::new(deliver(raft, msg).await);
@@ -171,6 +214,13 @@ mod tests {
         let args = Bytes::from(vote.encode().expect("encode"));
         let absent = service.call(RAFT_METHOD.into(), args, empty()).await;
         assert!(matches!(absent, Err(e) if e.code == WireCode::Unavailable));
+        assert_eq!(
+            service.received(),
+            Received {
+                refused: 3,
+                ..Received::default()
+            }
+        );
     }
 
     #[tokio::test]
