@@ -17,14 +17,20 @@
 //! - [`group_config`] and [`start_group`]: the settings of a group and
 //!   its start, initialising a new group exactly once.
 //!
-//! What is shared between groups is the connection, not the messages:
-//! each group's heartbeat is still its own call (see docs/replication.md
-//! for the batching still to come).
+//! - [`HeartbeatTicker`]: optionally, one heartbeat timer per node for
+//!   all the groups it leads, instead of one per group.
+//!
+//! What is shared between groups is the connection (and, with the ticker,
+//! the instant heartbeats leave), not the messages: each group's
+//! heartbeat is still its own call ([`heartbeat`] says what folding them
+//! would take).
 
+pub mod heartbeat;
 pub mod peers;
 pub mod service;
 pub mod wire;
 
+pub use heartbeat::{HeartbeatTicker, ticked_config};
 pub use peers::{Connection, Peers, RpcNetwork};
 pub use service::{RaftService, Received, Split};
 

@@ -11,7 +11,9 @@
 //! Waits are bounded by generous timeouts that only turn a hang into a
 //! failure; nothing asserts how long anything took.
 
-use laneway_replica::net::{GroupId, Peers, RaftService, group_config, raft_node_id};
+use laneway_replica::net::{
+    GroupId, HeartbeatTicker, Peers, RaftService, group_config, raft_node_id, ticked_config,
+};
 use laneway_replica::{Mutation, NodeId, PartitionRaft, open_group};
 use laneway_store::Engine;
 use laneway_store::index::{MetaIndex, WriteBatch};
@@ -44,12 +46,16 @@ struct Node {
     addr: SocketAddr,
     server: RpcServer,
     service: Arc<RaftService>,
+    ticker: Option<HeartbeatTicker>,
     groups: BTreeMap<GroupId, Replica>,
 }
 
 struct Cluster {
     root: TempDir,
     config: Arc<Config>,
+    /// Whether each node runs a heartbeat ticker (groups on `config` then
+    /// have their own heartbeats off).
+    ticked: bool,
     members: BTreeMap<NodeId, BasicNode>,
     /// Every node's name and address, running or not.
     names: BTreeMap<NodeId, (String, SocketAddr)>,
@@ -60,7 +66,10 @@ struct Cluster {
 /// every snapshotted entry purged, and small chunks so a snapshot of a
 /// few hundred KiB crosses the RPC in several.
 fn config() -> Arc<Config> {
-    let base = group_config("net-test").expect("group config");
+    test_config(group_config("net-test").expect("group config"))
+}
+
+fn test_config(base: Arc<Config>) -> Arc<Config> {
     let config = Config {
         snapshot_policy: SnapshotPolicy::Never,
         max_in_snapshot_log_to_keep: 0,
@@ -74,6 +83,12 @@ fn config() -> Arc<Config> {
 impl Cluster {
     /// Nodes a, b and c started, both groups on each, initialised.
     async fn start() -> Cluster {
+        Cluster::start_with(config(), false).await
+    }
+
+    /// As [`Cluster::start`], on `config`, with a heartbeat ticker on
+    /// each node if `ticked`.
+    async fn start_with(config: Arc<Config>, ticked: bool) -> Cluster {
         let mut listeners = Vec::new();
         let mut names = BTreeMap::new();
         for name in ["node-a", "node-b", "node-c"] {
@@ -89,7 +104,8 @@ impl Cluster {
             .collect();
         let mut cluster = Cluster {
             root: tempfile::tempdir().expect("tempdir"),
-            config: config(),
+            config,
+            ticked,
             members,
             names,
             running: BTreeMap::new(),
@@ -113,6 +129,10 @@ impl Cluster {
         )
         .expect("start rpc server");
         let peers = Arc::new(Peers::new(Signer::new(SECRET)));
+        let ticker = self.ticked.then(|| {
+            let interval = Duration::from_millis(self.config.heartbeat_interval);
+            HeartbeatTicker::start(Arc::clone(&service), interval)
+        });
         let mut groups = BTreeMap::new();
         for group in GROUPS {
             let dir = self.root.path().join(&name).join(format!("g{group}"));
@@ -139,6 +159,7 @@ impl Cluster {
                 addr,
                 server,
                 service,
+                ticker,
                 groups,
             },
         );
@@ -148,6 +169,9 @@ impl Cluster {
     /// group's Raft is shut down.
     async fn stop_node(&mut self, id: NodeId) {
         let node = self.running.remove(&id).expect("running node");
+        if let Some(ticker) = node.ticker {
+            ticker.stop().await;
+        }
         node.server.stop().await;
         for (group, replica) in node.groups {
             node.service.unregister(group);
@@ -393,4 +417,58 @@ async fn compact_log(raft: &PartitionRaft) -> u64 {
         .await
         .expect("purge");
     snap
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nodes_ticker_keeps_its_groups_led_without_their_own_heartbeats() {
+    let config = test_config(ticked_config("net-test").expect("ticked config"));
+    assert!(!config.enable_heartbeat);
+    let cluster = Cluster::start_with(config, true).await;
+    let mut acked = Acked::new();
+    let mut terms = BTreeMap::new();
+    for group in GROUPS {
+        write_many(&cluster, &mut acked, group, 0..3, 16).await;
+        let leader = cluster.leader(group).await;
+        let term = cluster
+            .replica(leader, group)
+            .raft
+            .metrics()
+            .borrow()
+            .current_term;
+        terms.insert(group, (leader, term));
+    }
+
+    // Idle, the only appends are the tickers' heartbeats: four per tick
+    // (two groups, two followers each). Wait for about ten ticks' worth,
+    // longer than the longest election timeout: without the tickers the
+    // followers would have campaigned by then, and the terms moved.
+    let total = |c: &Cluster| -> u64 {
+        c.running
+            .values()
+            .map(|n| n.service.received().appends)
+            .sum()
+    };
+    let start = total(&cluster);
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while total(&cluster) < start + 40 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "heartbeats keep arriving ({} of 40)",
+            total(&cluster) - start
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for (group, (leader, term)) in &terms {
+        assert_eq!(
+            cluster.agreed_leader(*group),
+            Some(*leader),
+            "group {group}"
+        );
+        for node in cluster.running.values() {
+            let now = node.groups[group].raft.metrics().borrow().current_term;
+            assert_eq!(now, *term, "no election in group {group} on {}", node.name);
+        }
+    }
+    let more = write_many(&cluster, &mut acked, 1, 3..5, 16).await;
+    assert_replicated(&cluster, &acked, &BTreeMap::from([(1, more)])).await;
 }
