@@ -73,7 +73,9 @@ pub const MAX_PAYLOAD_ENTRIES: u64 = 128;
 ///   node does not start elections for nothing) campaigns, and a new
 ///   leader can write about 2.5 s after its predecessor's SIGKILL, inside
 ///   the 3 s failover goal. The leader's append calls time out after one
-///   heartbeat interval (openraft's choice), votes after 1 s;
+///   heartbeat interval (openraft's choice), which includes the
+///   follower's fsync: on disks slower than that, raise the interval with
+///   the election timeouts. Votes time out after 1 s;
 /// - a snapshot every 10,000 log entries since the last one; 1,000 entries
 ///   already in a snapshot are kept so a follower slightly behind catches
 ///   up from the log, and purges go in batches of at least 256 entries;
