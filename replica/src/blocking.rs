@@ -24,6 +24,12 @@ pub enum ReplicaError {
     /// A snapshot stream is damaged or does not match its metadata.
     #[error("snapshot: {0}")]
     Snapshot(String),
+    /// A group's openraft settings were refused.
+    #[error("raft config: {0}")]
+    Config(String),
+    /// openraft refused to start or initialise a group.
+    #[error("raft: {0}")]
+    Raft(String),
 }
 
 /// What a storage step returns.

@@ -11,8 +11,12 @@
 //! - [`machine`]: the partition index as the state machine, applied in one
 //!   batch per call with its applied id, and snapshots as checked streams
 //!   of its rows ([`snapshot`]).
-//! - [`memnet`]: an in-process transport between groups, for tests; the
-//!   cluster RPC transport comes later.
+//! - [`memnet`]: an in-process transport between groups, for tests.
+//! - [`net`]: the transport between nodes, on the cluster RPC
+//!   (`laneway_store::rpc`): every group's messages to a peer share that
+//!   peer's one HTTP/2 connection, a [`net::RaftService`] routes incoming
+//!   messages to the node's groups, and [`net::start_group`] starts a
+//!   replica and initialises a new group exactly once.
 //!
 //! [`open_group`] opens both halves of one replica from a directory.
 
@@ -21,6 +25,7 @@ pub mod group;
 pub mod log_store;
 pub mod machine;
 pub mod memnet;
+pub mod net;
 pub mod snapshot;
 pub mod types;
 

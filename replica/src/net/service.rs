@@ -1,0 +1,237 @@
+//! The receiving side: [`RaftService`] answers [`RAFT_METHOD`] calls by
+//! handing each message to the Raft of the group it names, and [`Split`]
+//! lets one RPC port serve both Raft and the store node's own methods.
+//!
+//! A message for a group this node does not host (not started yet,
+//! stopped, moved away) is answered `Unavailable`, which the sender treats
+//! as an unreachable target and backs off from; an undecodable message is
+//! `BadCall`. The group's own errors travel inside the reply.
+
+use super::wire::{RaftAnswer, RaftMsg, RaftReply, RaftRequest};
+use super::{GroupId, RAFT_METHOD};
+use crate::types::PartitionRaft;
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use laneway_store::BodyStream;
+use laneway_store::rpc::{Handler, Reply, WireCode, WireError};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+/// The groups this node hosts, by id, reachable by their peers.
+#[derive(Default)]
+pub struct RaftService {
+    /// Held only to look up, add or remove a handle, never across a call.
+    groups: RwLock<BTreeMap<GroupId, PartitionRaft>>,
+    counts: Counts,
+}
+
+/// Messages handed to a group since the service started, by kind, and
+/// calls refused (undecodable, unknown method, group not hosted).
+#[derive(Default)]
+struct Counts {
+    appends: AtomicU64,
+    votes: AtomicU64,
+    snapshot_chunks: AtomicU64,
+    refused: AtomicU64,
+}
+
+/// What a [`RaftService`] has received, for metrics and tests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Received {
+    /// Appends (heartbeats included) handed to a group.
+    pub appends: u64,
+    /// Vote requests handed to a group.
+    pub votes: u64,
+    /// Snapshot chunks handed to a group.
+    pub snapshot_chunks: u64,
+    /// Calls answered with an error before reaching a group.
+    pub refused: u64,
+}
+
+impl RaftService {
+    /// A service hosting no group yet.
+    pub fn new() -> RaftService {
+        RaftService::default()
+    }
+
+    /// Deliver messages for `group` to `raft` from now on; returns the
+    /// handle it replaces, if any.
+    pub fn register(&self, group: GroupId, raft: PartitionRaft) -> Option<PartitionRaft> {
+        let mut groups = self.groups.write().unwrap_or_else(|p| p.into_inner());
+        groups.insert(group, raft)
+    }
+
+    /// Stop delivering messages for `group`; returns its handle (which the
+    /// caller shuts down).
+    pub fn unregister(&self, group: GroupId) -> Option<PartitionRaft> {
+        let mut groups = self.groups.write().unwrap_or_else(|p| p.into_inner());
+        groups.remove(&group)
+    }
+
+    /// The handle of `group`, if hosted here.
+    pub fn get(&self, group: GroupId) -> Option<PartitionRaft> {
+        let groups = self.groups.read().unwrap_or_else(|p| p.into_inner());
+        groups.get(&group).cloned()
+    }
+
+    /// The counts of messages received so far.
+    pub fn received(&self) -> Received {
+        let c = &self.counts;
+        Received {
+            appends: c.appends.load(Ordering::Relaxed),
+            votes: c.votes.load(Ordering::Relaxed),
+            snapshot_chunks: c.snapshot_chunks.load(Ordering::Relaxed),
+            refused: c.refused.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Every hosted group and its handle.
+    pub fn all(&self) -> Vec<(GroupId, PartitionRaft)> {
+        let groups = self.groups.read().unwrap_or_else(|p| p.into_inner());
+        groups.iter().map(|(g, r)| (*g, r.clone())).collect()
+    }
+}
+
+/// Hand `msg` to `raft`; its answer, errors included.
+async fn deliver(raft: PartitionRaft, msg: RaftMsg) -> RaftAnswer {
+    match msg {
+        RaftMsg::Append(rpc) => RaftAnswer::Append(raft.append_entries(rpc).await),
+        RaftMsg::Vote(rpc) => RaftAnswer::Vote(raft.vote(rpc).await),
+        RaftMsg::Snapshot(rpc) => RaftAnswer::Snapshot(raft.install_snapshot(rpc).await),
+    }
+}
+
+impl Handler for RaftService {
+    fn call(
+        &self,
+        method: String,
+        args: Bytes,
+        _body: BodyStream,
+    ) -> BoxFuture<'static, Result<Reply, WireError>> {
+        // Decoding and the lookup happen before the future, so it holds a
+        // handle of its own and no lock.
+        let routed = route(self, &method, &args);
+        let counter = match &routed {
+            Ok((_, RaftMsg::Append(_))) => &self.counts.appends,
+            Ok((_, RaftMsg::Vote(_))) => &self.counts.votes,
+            Ok((_, RaftMsg::Snapshot(_))) => &self.counts.snapshot_chunks,
+            Err(_) => &self.counts.refused,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        Box::pin(async move {
+            let (raft, msg) = routed?;
+            let reply = RaftReply::new(deliver(raft, msg).await);
+            let payload = reply
+                .encode()
+                .map_err(|e| WireError::new(WireCode::Internal, format!("encode reply: {e}")))?;
+            Ok(Reply::payload(payload))
+        })
+    }
+}
+
+/// The group's handle and the decoded message of one call.
+fn route(
+    service: &RaftService,
+    method: &str,
+    args: &[u8],
+) -> Result<(PartitionRaft, RaftMsg), WireError> {
+    if method != RAFT_METHOD {
+        return Err(WireError::new(
+            WireCode::BadCall,
+            format!("unknown method {method}"),
+        ));
+    }
+    let req =
+        RaftRequest::decode(args).map_err(|e| WireError::new(WireCode::BadCall, e.to_string()))?;
+    let raft = service.get(req.group).ok_or_else(|| {
+        WireError::new(
+            WireCode::Unavailable,
+            format!("raft group {} is not hosted on this node", req.group),
+        )
+    })?;
+    Ok((raft, req.msg))
+}
+
+/// One handler for a node's port: [`RAFT_METHOD`] calls go to `raft`,
+/// every other method to `rest` (the store node's own service).
+pub struct Split {
+    /// Receives the Raft messages.
+    pub raft: Arc<RaftService>,
+    /// Receives everything else.
+    pub rest: Arc<dyn Handler>,
+}
+
+impl Handler for Split {
+    fn call(
+        &self,
+        method: String,
+        args: Bytes,
+        body: BodyStream,
+    ) -> BoxFuture<'static, Result<Reply, WireError>> {
+        if method == RAFT_METHOD {
+            self.raft.call(method, args, body)
+        } else {
+            self.rest.call(method, args, body)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::wire::WIRE_VERSION;
+    use openraft::Vote;
+    use openraft::raft::VoteRequest;
+
+    fn empty() -> BodyStream {
+        Box::pin(futures::stream::empty())
+    }
+
+    /// A handler that answers every call with its method name.
+    struct Echo;
+
+    impl Handler for Echo {
+        fn call(
+            &self,
+            method: String,
+            _args: Bytes,
+            _body: BodyStream,
+        ) -> BoxFuture<'static, Result<Reply, WireError>> {
+            Box::pin(async move { Ok(Reply::payload(method.into_bytes())) })
+        }
+    }
+
+    #[tokio::test]
+    async fn unknown_methods_garbage_and_unhosted_groups_are_refused() {
+        let service = RaftService::new();
+        let other = service.call("get".into(), Bytes::new(), empty()).await;
+        assert!(matches!(other, Err(e) if e.code == WireCode::BadCall));
+        let garbage = Bytes::from_static(&[WIRE_VERSION, 0xff]);
+        let bad = service.call(RAFT_METHOD.into(), garbage, empty()).await;
+        assert!(matches!(bad, Err(e) if e.code == WireCode::BadCall));
+        let vote = RaftRequest::new(4, RaftMsg::Vote(VoteRequest::new(Vote::new(1, 1), None)));
+        let args = Bytes::from(vote.encode().expect("encode"));
+        let absent = service.call(RAFT_METHOD.into(), args, empty()).await;
+        assert!(matches!(absent, Err(e) if e.code == WireCode::Unavailable));
+        assert_eq!(
+            service.received(),
+            Received {
+                refused: 3,
+                ..Received::default()
+            }
+        );
+    }
+
+    #[tokio::test]
+    async fn split_sends_raft_to_the_service_and_the_rest_elsewhere() {
+        let split = Split {
+            raft: Arc::new(RaftService::new()),
+            rest: Arc::new(Echo),
+        };
+        let rest = split.call("put".into(), Bytes::new(), empty()).await;
+        assert!(matches!(rest, Ok(r) if &r.payload[..] == b"put"));
+        let raft = split.call(RAFT_METHOD.into(), Bytes::new(), empty()).await;
+        assert!(matches!(raft, Err(e) if e.code == WireCode::BadCall));
+    }
+}

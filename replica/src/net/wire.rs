@@ -1,0 +1,197 @@
+//! What a Raft message looks like inside a cluster RPC call: the argument
+//! frame of a [`super::RAFT_METHOD`] call is one [`RaftRequest`] (bincode),
+//! its reply payload one [`RaftReply`].
+//!
+//! Every message names its group, so the messages of all groups two nodes
+//! share travel over the same connection and the receiver routes each to
+//! its group's Raft. Both records begin with a format version
+//! ([`WIRE_VERSION`]): bincode is not self-describing, so a node refuses a
+//! version it does not know (the caller sees a network error and retries
+//! later, which is what a rolling upgrade needs) instead of misreading it.
+//! New message kinds are new enum variants at the end; a node that does
+//! not know one refuses the call the same way.
+//!
+//! A reply carries the target Raft's own answer, error included, so the
+//! sender rebuilds openraft's `RemoteError` from it; failures of the
+//! transport itself never get this far (see [`super::peers`]).
+
+use super::GroupId;
+use crate::types::{NodeId, TypeConfig};
+use openraft::error::{InstallSnapshotError, RaftError};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use serde::{Deserialize, Serialize};
+
+/// The format version this node writes and reads.
+pub const WIRE_VERSION: u8 = 1;
+
+/// One Raft message to a group on another node.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct RaftRequest {
+    /// Format version ([`WIRE_VERSION`]).
+    pub version: u8,
+    /// The group the message is for.
+    pub group: GroupId,
+    /// The message.
+    pub msg: RaftMsg,
+}
+
+/// The Raft messages a group sends.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum RaftMsg {
+    /// Log entries (none for a heartbeat).
+    Append(AppendEntriesRequest<TypeConfig>),
+    /// A candidate asks for a vote.
+    Vote(VoteRequest<NodeId>),
+    /// One chunk of a snapshot.
+    Snapshot(InstallSnapshotRequest<TypeConfig>),
+}
+
+/// The target group's answer to a [`RaftRequest`].
+#[derive(Debug, Serialize, Deserialize)]
+pub struct RaftReply {
+    /// Format version ([`WIRE_VERSION`]).
+    pub version: u8,
+    /// The answer, of the request's kind.
+    pub answer: RaftAnswer,
+}
+
+/// A Raft's answer, its own errors included.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum RaftAnswer {
+    /// To [`RaftMsg::Append`].
+    Append(Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>>),
+    /// To [`RaftMsg::Vote`].
+    Vote(Result<VoteResponse<NodeId>, RaftError<NodeId>>),
+    /// To [`RaftMsg::Snapshot`].
+    Snapshot(Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>),
+}
+
+/// Why a frame did not decode.
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    /// Not bincode of the expected record.
+    #[error("undecodable raft message: {0}")]
+    Bincode(#[from] bincode::Error),
+    /// A format version this node does not know.
+    #[error("raft message format version {0} is not supported (this node speaks {WIRE_VERSION})")]
+    Version(u8),
+}
+
+impl RaftRequest {
+    /// A request of the current format.
+    pub fn new(group: GroupId, msg: RaftMsg) -> RaftRequest {
+        RaftRequest {
+            version: WIRE_VERSION,
+            group,
+            msg,
+        }
+    }
+
+    /// The bincode of this request.
+    pub fn encode(&self) -> Result<Vec<u8>, bincode::Error> {
+        bincode::serialize(self)
+    }
+
+    /// A request from its bincode, if its version is known.
+    pub fn decode(bytes: &[u8]) -> Result<RaftRequest, DecodeError> {
+        check_version(bytes)?;
+        Ok(bincode::deserialize(bytes)?)
+    }
+}
+
+impl RaftReply {
+    /// A reply of the current format.
+    pub fn new(answer: RaftAnswer) -> RaftReply {
+        RaftReply {
+            version: WIRE_VERSION,
+            answer,
+        }
+    }
+
+    /// The bincode of this reply.
+    pub fn encode(&self) -> Result<Vec<u8>, bincode::Error> {
+        bincode::serialize(self)
+    }
+
+    /// A reply from its bincode, if its version is known.
+    pub fn decode(bytes: &[u8]) -> Result<RaftReply, DecodeError> {
+        check_version(bytes)?;
+        Ok(bincode::deserialize(bytes)?)
+    }
+}
+
+/// Both records begin with their version byte (bincode writes a `u8` as
+/// one byte), so it can be checked before the rest is decoded.
+fn check_version(bytes: &[u8]) -> Result<(), DecodeError> {
+    match bytes.first() {
+        Some(&WIRE_VERSION) | None => Ok(()),
+        Some(&other) => Err(DecodeError::Version(other)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::Mutation;
+    use openraft::error::{Fatal, RaftError};
+    use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, SnapshotMeta, Vote};
+
+    fn log_id(term: u64, index: u64) -> LogId<NodeId> {
+        LogId::new(CommittedLeaderId::new(term, 7), index)
+    }
+
+    #[test]
+    fn requests_and_replies_survive_the_wire() {
+        let entry = Entry::<TypeConfig> {
+            log_id: log_id(2, 5),
+            payload: EntryPayload::Normal(Mutation::default()),
+        };
+        let append = AppendEntriesRequest {
+            vote: Vote::new_committed(2, 7),
+            prev_log_id: Some(log_id(2, 4)),
+            entries: vec![entry],
+            leader_commit: Some(log_id(2, 4)),
+        };
+        let req = RaftRequest::new(9, RaftMsg::Append(append.clone()));
+        let back = RaftRequest::decode(&req.encode().expect("encode")).expect("decode");
+        assert_eq!(back.group, 9);
+        assert!(
+            matches!(back.msg, RaftMsg::Append(ref a) if format!("{a:?}") == format!("{append:?}"))
+        );
+
+        let chunk = InstallSnapshotRequest::<TypeConfig> {
+            vote: Vote::new_committed(2, 7),
+            meta: SnapshotMeta::default(),
+            offset: 3,
+            data: vec![1, 2, 3],
+            done: true,
+        };
+        let req = RaftRequest::new(super::super::CATALOG_GROUP, RaftMsg::Snapshot(chunk));
+        let back = RaftRequest::decode(&req.encode().expect("encode")).expect("decode");
+        assert!(matches!(back.msg, RaftMsg::Snapshot(s) if s.data == vec![1, 2, 3] && s.done));
+
+        let failed = RaftReply::new(RaftAnswer::Vote(Err(RaftError::Fatal(Fatal::Stopped))));
+        let back = RaftReply::decode(&failed.encode().expect("encode")).expect("decode");
+        assert!(matches!(
+            back.answer,
+            RaftAnswer::Vote(Err(RaftError::Fatal(Fatal::Stopped)))
+        ));
+    }
+
+    #[test]
+    fn an_unknown_version_or_garbage_is_refused() {
+        let mut bytes = RaftRequest::new(1, RaftMsg::Vote(VoteRequest::new(Vote::new(1, 1), None)))
+            .encode()
+            .expect("encode");
+        bytes[0] = WIRE_VERSION + 1;
+        assert!(matches!(
+            RaftRequest::decode(&bytes),
+            Err(DecodeError::Version(_))
+        ));
+        assert!(RaftRequest::decode(&[WIRE_VERSION, 0xff, 0xff]).is_err());
+        assert!(RaftReply::decode(&[]).is_err());
+    }
+}

@@ -1,0 +1,474 @@
+//! Three nodes in one process, each an RPC server on 127.0.0.1:0 serving a
+//! `RaftService`, each hosting two groups; every Raft message goes over
+//! the real cluster RPC (signed calls, one HTTP/2 connection per pair).
+//!
+//! What is checked: both groups elect and replicate; every acknowledged
+//! write survives the stop of a leader's node and a new election; a node
+//! that was stopped catches up after a restart on the same port, from the
+//! log, or, once the leader purged the log it missed, from a snapshot sent
+//! in several chunks over the RPC.
+//!
+//! Waits are bounded by generous timeouts that only turn a hang into a
+//! failure; nothing asserts how long anything took.
+
+use laneway_replica::net::{
+    GroupId, HeartbeatTicker, Peers, RaftService, group_config, raft_node_id, ticked_config,
+};
+use laneway_replica::{Mutation, NodeId, PartitionRaft, open_group};
+use laneway_store::Engine;
+use laneway_store::index::{MetaIndex, WriteBatch};
+use laneway_store::rpc::{Handler, RpcServer, ServerOptions, Signer};
+use openraft::{BasicNode, Config, SnapshotPolicy};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tempfile::TempDir;
+use tokio::net::TcpListener;
+
+/// The bound on every wait.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// The groups every node hosts.
+const GROUPS: [GroupId; 2] = [1, 2];
+
+const SECRET: &[u8] = b"net test cluster secret";
+
+/// One group's replica on a node.
+struct Replica {
+    raft: PartitionRaft,
+    index: Arc<dyn MetaIndex>,
+}
+
+/// One node: its RPC server and the groups it hosts.
+struct Node {
+    name: String,
+    addr: SocketAddr,
+    server: RpcServer,
+    service: Arc<RaftService>,
+    ticker: Option<HeartbeatTicker>,
+    groups: BTreeMap<GroupId, Replica>,
+}
+
+struct Cluster {
+    root: TempDir,
+    config: Arc<Config>,
+    /// Whether each node runs a heartbeat ticker (groups on `config` then
+    /// have their own heartbeats off).
+    ticked: bool,
+    members: BTreeMap<NodeId, BasicNode>,
+    /// Every node's name and address, running or not.
+    names: BTreeMap<NodeId, (String, SocketAddr)>,
+    running: BTreeMap<NodeId, Node>,
+}
+
+/// The production settings, except: snapshots only when a test asks,
+/// every snapshotted entry purged, and small chunks so a snapshot of a
+/// few hundred KiB crosses the RPC in several.
+fn config() -> Arc<Config> {
+    test_config(group_config("net-test").expect("group config"))
+}
+
+fn test_config(base: Arc<Config>) -> Arc<Config> {
+    let config = Config {
+        snapshot_policy: SnapshotPolicy::Never,
+        max_in_snapshot_log_to_keep: 0,
+        purge_batch_size: 1,
+        snapshot_max_chunk_size: 64 << 10,
+        ..(*base).clone()
+    };
+    Arc::new(config.validate().expect("valid config"))
+}
+
+impl Cluster {
+    /// Nodes a, b and c started, both groups on each, initialised.
+    async fn start() -> Cluster {
+        Cluster::start_with(config(), false).await
+    }
+
+    /// As [`Cluster::start`], on `config`, with a heartbeat ticker on
+    /// each node if `ticked`.
+    async fn start_with(config: Arc<Config>, ticked: bool) -> Cluster {
+        let mut listeners = Vec::new();
+        let mut names = BTreeMap::new();
+        for name in ["node-a", "node-b", "node-c"] {
+            let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+            let addr = listener.local_addr().expect("addr");
+            let id = raft_node_id(name);
+            names.insert(id, (name.to_string(), addr));
+            listeners.push((id, listener));
+        }
+        let members = names
+            .iter()
+            .map(|(id, (_, addr))| (*id, BasicNode::new(addr.to_string())))
+            .collect();
+        let mut cluster = Cluster {
+            root: tempfile::tempdir().expect("tempdir"),
+            config,
+            ticked,
+            members,
+            names,
+            running: BTreeMap::new(),
+        };
+        for (id, listener) in listeners {
+            cluster.start_node(id, listener).await;
+        }
+        cluster
+    }
+
+    /// Start node `id` on `listener` from its directories.
+    async fn start_node(&mut self, id: NodeId, listener: TcpListener) {
+        let (name, addr) = self.names.get(&id).expect("known node").clone();
+        let service = Arc::new(RaftService::new());
+        let handler: Arc<dyn Handler> = Arc::clone(&service) as Arc<dyn Handler>;
+        let server = RpcServer::start(
+            listener,
+            handler,
+            Signer::new(SECRET),
+            ServerOptions::default(),
+        )
+        .expect("start rpc server");
+        let peers = Arc::new(Peers::new(Signer::new(SECRET)));
+        let ticker = self.ticked.then(|| {
+            let interval = Duration::from_millis(self.config.heartbeat_interval);
+            HeartbeatTicker::start(Arc::clone(&service), interval)
+        });
+        let mut groups = BTreeMap::new();
+        for group in GROUPS {
+            let dir = self.root.path().join(&name).join(format!("g{group}"));
+            let (log, machine) = open_group(&dir, Engine::Fjall).expect("open replica");
+            let index = Arc::clone(machine.index());
+            let raft = laneway_replica::net::start_group_with(
+                Arc::clone(&self.config),
+                group,
+                id,
+                self.members.clone(),
+                log,
+                machine,
+                Arc::clone(&peers),
+                &service,
+            )
+            .await
+            .expect("start group");
+            groups.insert(group, Replica { raft, index });
+        }
+        self.running.insert(
+            id,
+            Node {
+                name,
+                addr,
+                server,
+                service,
+                ticker,
+                groups,
+            },
+        );
+    }
+
+    /// Stop node `id`: its server closes every connection, then each
+    /// group's Raft is shut down.
+    async fn stop_node(&mut self, id: NodeId) {
+        let node = self.running.remove(&id).expect("running node");
+        if let Some(ticker) = node.ticker {
+            ticker.stop().await;
+        }
+        node.server.stop().await;
+        for (group, replica) in node.groups {
+            node.service.unregister(group);
+            replica.raft.shutdown().await.expect("shutdown");
+        }
+    }
+
+    /// Start node `id` again, on the port it had.
+    async fn restart_node(&mut self, id: NodeId) {
+        let (_, addr) = self.names.get(&id).expect("known node").clone();
+        let listener = TcpListener::bind(addr).await.expect("bind the same port");
+        self.start_node(id, listener).await;
+    }
+
+    fn replica(&self, id: NodeId, group: GroupId) -> &Replica {
+        let node = self.running.get(&id).expect("running node");
+        node.groups.get(&group).expect("hosted group")
+    }
+
+    /// The leader of `group` every running replica agrees on.
+    async fn leader(&self, group: GroupId) -> NodeId {
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        loop {
+            if let Some(leader) = self.agreed_leader(group) {
+                return leader;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no agreed leader of group {group}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    fn agreed_leader(&self, group: GroupId) -> Option<NodeId> {
+        let mut seen = self.running.values().map(|n| {
+            n.groups
+                .get(&group)
+                .map(|r| r.raft.metrics().borrow().current_leader)
+        });
+        let first = seen.next()???;
+        (seen.all(|l| l == Some(Some(first))) && self.running.contains_key(&first)).then_some(first)
+    }
+
+    /// Write `rows` to `group` through whoever leads, retrying across a
+    /// leader change as a gateway would; returns the committed index.
+    async fn write(&self, group: GroupId, rows: &[(String, Option<Vec<u8>>)]) -> u64 {
+        let mut batch = WriteBatch::default();
+        for (key, value) in rows {
+            match value {
+                Some(v) => batch.put(key.as_bytes().to_vec(), v.clone()),
+                None => batch.delete(key.as_bytes().to_vec()),
+            }
+        }
+        let mutation = Mutation::of_batch(&batch);
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        loop {
+            let leader = self.leader(group).await;
+            let raft = &self.replica(leader, group).raft;
+            match raft.client_write(mutation.clone()).await {
+                Ok(reply) => return reply.data.index,
+                Err(e) => assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "write to group {group} failed: {e}"
+                ),
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Wait until node `id`'s replica of `group` has applied `index`.
+    async fn applied(&self, id: NodeId, group: GroupId, index: u64) {
+        self.replica(id, group)
+            .raft
+            .wait(Some(PATIENCE))
+            .applied_index_at_least(Some(index), "applied")
+            .await
+            .expect("replica catches up");
+    }
+}
+
+/// What the test was told is committed, per group: key -> value (None for
+/// a deleted key).
+type Acked = BTreeMap<GroupId, BTreeMap<String, Option<Vec<u8>>>>;
+
+/// `count` writes of three rows each to `group`, values of `size` bytes;
+/// returns the last committed index.
+async fn write_many(
+    cluster: &Cluster,
+    acked: &mut Acked,
+    group: GroupId,
+    range: std::ops::Range<u32>,
+    size: usize,
+) -> u64 {
+    let mut last = 0;
+    for i in range {
+        let rows: Vec<(String, Option<Vec<u8>>)> = (0..3)
+            .map(|r| {
+                let key = format!("g{group}-k{i:04}-r{r}");
+                let mut value = format!("v{i}-{r}-").into_bytes();
+                value.resize(size.max(value.len()), b'x');
+                (key, Some(value))
+            })
+            .collect();
+        last = cluster.write(group, &rows).await;
+        acked.entry(group).or_default().extend(rows);
+    }
+    last
+}
+
+/// Every acknowledged write of `group` is in node `id`'s replica.
+fn assert_has(cluster: &Cluster, acked: &Acked, id: NodeId, group: GroupId) {
+    let replica = cluster.replica(id, group);
+    let name = &cluster.running[&id].name;
+    for (key, want) in acked.get(&group).into_iter().flatten() {
+        let got = replica.index.get(key.as_bytes()).expect("index get");
+        assert_eq!(&got, want, "{name} group {group} key {key}");
+    }
+}
+
+/// Every running replica of every group applied its leader's writes and
+/// holds every acknowledged one.
+async fn assert_replicated(cluster: &Cluster, acked: &Acked, last: &BTreeMap<GroupId, u64>) {
+    for (group, index) in last {
+        for id in cluster.running.keys() {
+            cluster.applied(*id, *group, *index).await;
+            assert_has(cluster, acked, *id, *group);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_groups_elect_and_replicate_over_the_rpc() {
+    let cluster = Cluster::start().await;
+    let mut acked = Acked::new();
+    let mut last = BTreeMap::new();
+    for group in GROUPS {
+        last.insert(
+            group,
+            write_many(&cluster, &mut acked, group, 0..5, 16).await,
+        );
+    }
+    assert_replicated(&cluster, &acked, &last).await;
+    for node in cluster.running.values() {
+        assert_eq!(node.server.local_addr(), node.addr);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_survive_a_leaders_stop_and_the_restarted_node_catches_up() {
+    let mut cluster = Cluster::start().await;
+    let mut acked = Acked::new();
+    for group in GROUPS {
+        write_many(&cluster, &mut acked, group, 0..10, 16).await;
+    }
+
+    let old = cluster.leader(1).await;
+    cluster.stop_node(old).await;
+    let new = cluster.leader(1).await;
+    assert_ne!(new, old, "a survivor leads group 1");
+    let mut last = BTreeMap::new();
+    for group in GROUPS {
+        last.insert(
+            group,
+            write_many(&cluster, &mut acked, group, 10..20, 16).await,
+        );
+    }
+    assert_eq!(cluster.running.len(), 2);
+    assert_replicated(&cluster, &acked, &last).await;
+
+    cluster.restart_node(old).await;
+    assert_replicated(&cluster, &acked, &last).await;
+    // The group still commits with all three back.
+    let more = write_many(&cluster, &mut acked, 1, 20..22, 16).await;
+    assert_replicated(&cluster, &acked, &BTreeMap::from([(1, more)])).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_behind_a_purged_log_catches_up_from_a_snapshot_over_the_rpc() {
+    let mut cluster = Cluster::start().await;
+    let mut acked = Acked::new();
+    for group in GROUPS {
+        write_many(&cluster, &mut acked, group, 0..5, 16).await;
+    }
+    let doomed = vec![("g1-doomed".to_string(), Some(b"here".to_vec()))];
+    let before = cluster.write(1, &doomed).await;
+    acked.entry(1).or_default().extend(doomed);
+
+    let leader = cluster.leader(1).await;
+    let behind = *cluster
+        .running
+        .keys()
+        .find(|id| **id != leader)
+        .expect("a follower of group 1");
+    cluster.applied(behind, 1, before).await;
+    cluster.stop_node(behind).await;
+
+    let gone = vec![("g1-doomed".to_string(), None)];
+    cluster.write(1, &gone).await;
+    acked.entry(1).or_default().extend(gone);
+    // 40 writes of 3 x 4 KiB: a snapshot of about 500 KiB, 8 chunks or so.
+    let mut last = BTreeMap::new();
+    for group in GROUPS {
+        last.insert(
+            group,
+            write_many(&cluster, &mut acked, group, 5..45, 4096).await,
+        );
+    }
+    let leader = cluster.leader(1).await;
+    let purged = compact_log(&cluster.replica(leader, 1).raft).await;
+
+    cluster.restart_node(behind).await;
+    assert_replicated(&cluster, &acked, &last).await;
+    let snapshot = cluster.replica(behind, 1).raft.metrics().borrow().snapshot;
+    assert!(
+        snapshot.is_some_and(|s| s.index >= purged),
+        "group 1 on the restarted node was sent a snapshot ({snapshot:?}, purged {purged})"
+    );
+    let chunks = cluster.running[&behind].service.received().snapshot_chunks;
+    assert!(
+        chunks >= 2,
+        "the snapshot crossed the rpc in several chunks ({chunks})"
+    );
+}
+
+/// Snapshot `raft` (a leader) at what it applied and purge its log up to
+/// there; returns the purged index.
+async fn compact_log(raft: &PartitionRaft) -> u64 {
+    let applied = raft.metrics().borrow().last_applied.map_or(0, |l| l.index);
+    raft.trigger().snapshot().await.expect("trigger snapshot");
+    let metrics = raft
+        .wait(Some(PATIENCE))
+        .metrics(
+            |m| m.snapshot.is_some_and(|s| s.index >= applied),
+            "snapshot built",
+        )
+        .await
+        .expect("snapshot");
+    let snap = metrics.snapshot.expect("snapshot id").index;
+    raft.trigger().purge_log(snap).await.expect("trigger purge");
+    raft.wait(Some(PATIENCE))
+        .metrics(|m| m.purged.is_some_and(|p| p.index >= snap), "log purged")
+        .await
+        .expect("purge");
+    snap
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nodes_ticker_keeps_its_groups_led_without_their_own_heartbeats() {
+    let config = test_config(ticked_config("net-test").expect("ticked config"));
+    assert!(!config.enable_heartbeat);
+    let cluster = Cluster::start_with(config, true).await;
+    let mut acked = Acked::new();
+    let mut terms = BTreeMap::new();
+    for group in GROUPS {
+        write_many(&cluster, &mut acked, group, 0..3, 16).await;
+        let leader = cluster.leader(group).await;
+        let term = cluster
+            .replica(leader, group)
+            .raft
+            .metrics()
+            .borrow()
+            .current_term;
+        terms.insert(group, (leader, term));
+    }
+
+    // Idle, the only appends are the tickers' heartbeats: four per tick
+    // (two groups, two followers each). Wait for about ten ticks' worth,
+    // longer than the longest election timeout: without the tickers the
+    // followers would have campaigned by then, and the terms moved.
+    let total = |c: &Cluster| -> u64 {
+        c.running
+            .values()
+            .map(|n| n.service.received().appends)
+            .sum()
+    };
+    let start = total(&cluster);
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while total(&cluster) < start + 40 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "heartbeats keep arriving ({} of 40)",
+            total(&cluster) - start
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for (group, (leader, term)) in &terms {
+        assert_eq!(
+            cluster.agreed_leader(*group),
+            Some(*leader),
+            "group {group}"
+        );
+        for node in cluster.running.values() {
+            let now = node.groups[group].raft.metrics().borrow().current_term;
+            assert_eq!(now, *term, "no election in group {group} on {}", node.name);
+        }
+    }
+    let more = write_many(&cluster, &mut acked, 1, 3..5, 16).await;
+    assert_replicated(&cluster, &acked, &BTreeMap::from([(1, more)])).await;
+}
