@@ -77,7 +77,8 @@ class Op:
         what = "" if self.kind == DELETE else f" {'absent' if self.value is None else self.value}"
         flag = " FAILED" if self.failed else ""
         note = f" ({self.note})" if self.note else ""
-        return f"[{self.invoke - t0:.3f}, {end}] p{self.process} {self.kind} {self.key}{what}{flag}{note}"
+        who = f"p{self.process}" if isinstance(self.process, int) else self.process
+        return f"[{self.invoke - t0:.3f}, {end}] {who} {self.kind} {self.key}{what}{flag}{note}"
 
 
 @dataclass

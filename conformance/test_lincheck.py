@@ -188,13 +188,13 @@ def simulate(seed: int, clients: int = 6, ops: int = 60, stale: bool = False) ->
         events.append((start + rng.random() * (end - start), kind, start, end, c, f"v{n}"))
         t[c] = end
     events.sort()
-    value, history, prev = None, [], None
+    value, history = None, []
     for effect, kind, start, end, c, v in events:
         if kind == PUT:
-            prev, value = value, v
+            value = v
             history.append(put("k", v, start, end, p=c))
         elif kind == DELETE:
-            prev, value = value, None
+            value = None
             history.append(delete("k", start, end, p=c))
         else:
             history.append(get("k", value, start, end, p=c))
