@@ -1,9 +1,11 @@
-"""Helpers of the cluster tests (test_cluster.py, test_cluster_faults.py):
+"""Helpers of the cluster tests (test_cluster.py, test_cluster_faults.py,
+test_replication.py):
 `laneway cluster local` as a module fixture, clients aimed at one gateway,
 the admin API of a gateway, and polling with a deadline.
 
 `LocalCluster` picks a free block of loopback ports, starts `laneway
-cluster local` (store nodes, gateways, a small partition count) with the
+cluster local` (store nodes, gateways, a small partition count, 1 or 3
+replicas: `--replicas`) with the
 suite's test key and admin token, waits for its last line `laneway cluster
 local ready`, and reads the children (name, pid, address, log) from its
 summary table. `stop()` sends the supervisor SIGTERM and checks that it
@@ -144,8 +146,9 @@ def s3_client(endpoint: str, access_key: str, secret_key: str, attempts: int = 1
 class LocalCluster:
     """A running `laneway cluster local` and its children."""
 
-    def __init__(self, work: Path, stores: int = 3, gateways: int = 2, partitions: int = 8):
+    def __init__(self, work: Path, stores: int = 3, gateways: int = 2, partitions: int = 8, replicas: int = 1):
         self.work = work
+        self.replicas = replicas
         self.dir = work / "cluster"
         self.base_port = free_port_block(2 * gateways + stores)
         self.cmd = [
@@ -156,6 +159,8 @@ class LocalCluster:
             # Small index budgets: five processes share this machine.
             "--index-memory", "32M",
         ]
+        if replicas != 1:  # the default; the other tests' command lines stay as they were
+            self.cmd += ["--replicas", str(replicas)]
         self.stdout_path = work / "local.stdout.log"
         self.stderr_path = work / "local.stderr.log"
         env = {k: v for k, v in os.environ.items() if not k.startswith("LANEWAY_")}

@@ -1,0 +1,517 @@
+"""Nemesis tests of replication (issue 13, docs/replication.md) on
+`laneway cluster local --store-nodes 3 --gateways 2 --replicas 3`, one
+cluster for the module.
+
+Every test runs a `Workload` (threads through both gateways doing PUT,
+GET and DELETE on a small key space, each call recorded with its invoke
+and completion times) while a fault hits the store nodes, then checks
+what the clients saw:
+
+- the history is linearizable per key (lincheck.py: no stale read, no
+  read of a value never written, no write taking effect twice);
+- every acknowledged PUT that is the last write of its key reads back
+  byte-exact through both gateways (lincheck.lost_writes): the 48 seed
+  objects written before the workload and never touched again, the fresh
+  keys below, and the workload's keys whose last write is beyond doubt;
+- writes succeed on every partition while the fault lasts (two of three
+  replicas are up) and again after recovery: 64 fresh keys, with
+  retries, within a deadline (an election may answer 503 for seconds);
+- the admin API's usage of the bucket equals what a final LIST finds.
+
+Faults: SIGKILL of one node under load, then its restart from its own
+command line; SIGKILL of two nodes in turn (each restarted and answering
+before the next goes); SIGSTOP of one node past an election timeout, then
+SIGCONT; a node whose data directory is lost (stopped, `store-N/`
+deleted, restarted empty).
+
+Outcomes: a 2xx (and a GET's 404 NoSuchKey: absent) completes an op; a
+5xx, a timeout or a connection error leaves it unknown (it may have taken
+effect); any other 4xx is a definite failure. Clients make three
+attempts (botocore's standard retries) with short timeouts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Optional
+
+import pytest
+from botocore.exceptions import BotoCoreError, ClientError
+
+import lincheck
+from cluster_util import LocalCluster, pid_alive, poll, s3_client
+from conftest import ACCESS_KEY, ADMIN_TOKEN, SECRET_KEY, unique_bucket_name
+from lincheck import DELETE, GET, PUT, Op
+
+pytestmark = pytest.mark.skipif(
+    bool(os.environ.get("LANEWAY_ENDPOINT")), reason="starts its own cluster; not with LANEWAY_ENDPOINT"
+)
+
+KEYS = 40
+THREADS = 6  # three per gateway
+# Bounds of one workload: it stops by itself at whichever comes first.
+OPS_PER_THREAD = 400
+MAX_SECONDS = 60.0
+# A pause between a thread's calls (up to this), so a workload spans a
+# whole scenario without passing ~60 calls a key.
+THINK_S = 0.08
+# Objects written before the workload and never touched again: every one
+# must read back (the workload's own keys may end in doubt, after a 503).
+SEED_KEYS = 48
+# One value in LARGE_SHARE is 1-2 MiB (volume data); the rest 1-64 KiB.
+LARGE_SHARE = 0.03
+# Longer than an election timeout (docs/replication.md: a few seconds).
+STOP_SECONDS = 6.0
+# Writes must succeed on every partition within this, retried.
+WRITE_DEADLINE_S = 30.0
+# 64 fresh keys miss one of 8 partitions with odds below 0.2%.
+FRESH_KEYS = 64
+# Reading back and usage: how long a just-restarted node may take.
+READ_DEADLINE_S = 30.0
+STORE_READY = "laneway store node {} listening on rpc://"
+
+
+def client(cluster, gateway: int):
+    """A workload client: three attempts, short timeouts."""
+    return s3_client(cluster.endpoint(gateway), ACCESS_KEY, SECRET_KEY, attempts=3, read_timeout=8)
+
+
+def body_for(token: str, rng: random.Random) -> bytes:
+    """A value: its token on the first line, then pseudo-random bytes."""
+    if rng.random() < LARGE_SHARE:
+        size = rng.randrange(1 << 20, 2 << 20)
+    else:
+        size = rng.randrange(1 << 10, 64 << 10)
+    head = f"{token}\n".encode()
+    return head + random.Random(token).randbytes(size - len(head))
+
+
+def value_of(body: bytes) -> str:
+    """What the history records for a body: its token and digest, so two
+    values are equal exactly when their bytes are."""
+    token = body.split(b"\n", 1)[0][:80].decode(errors="replace")
+    return f"{token}#{hashlib.sha256(body).hexdigest()[:32]}"
+
+
+def classify(e: Exception) -> tuple[bool, str]:
+    """(definite failure, code) of an exception of a call."""
+    if isinstance(e, ClientError):
+        status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+        code = e.response.get("Error", {}).get("Code", "") or str(status)
+        definite = 400 <= status < 500 and status not in (408, 429) and code != "RequestTimeout"
+        return definite, code
+    return False, type(e).__name__
+
+
+class Workload:
+    """THREADS threads, alternating between the gateways, each doing
+    random PUT (45%), GET (45%) and DELETE (10%) on KEYS keys until
+    OPS_PER_THREAD calls, MAX_SECONDS or stop(). Every call is an Op."""
+
+    def __init__(self, cluster, bucket: str, name: str, seed: int):
+        self.cluster, self.bucket, self.name = cluster, bucket, name
+        self.keys = [f"reg/{i:02d}" for i in range(KEYS)]
+        self.history: list[Op] = []
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+        self.deadline = time.monotonic() + MAX_SECONDS
+        self.threads = [threading.Thread(target=self._run, args=(t, seed * 100 + t), daemon=True)
+                        for t in range(THREADS)]
+        for t in self.threads:
+            t.start()
+
+    def _record(self, op: Op) -> None:
+        with self.lock:
+            self.history.append(op)
+
+    def _run(self, t: int, seed: int) -> None:
+        rng = random.Random(seed)
+        s3 = client(self.cluster, t % 2)
+        for n in range(OPS_PER_THREAD):
+            if self.stopping.wait(rng.random() * THINK_S) or time.monotonic() > self.deadline:
+                return
+            key = rng.choice(self.keys)
+            roll = rng.random()
+            if roll < 0.45:
+                token = f"{self.name}/{t}/{n}"
+                body = body_for(token, rng)
+                kind, value = PUT, value_of(body)
+                call = lambda: s3.put_object(Bucket=self.bucket, Key=key, Body=body)  # noqa: E731
+            elif roll < 0.90:
+                kind, value = GET, None
+                call = lambda: value_of(s3.get_object(Bucket=self.bucket, Key=key)["Body"].read())  # noqa: E731
+            else:
+                kind, value = DELETE, None
+                call = lambda: s3.delete_object(Bucket=self.bucket, Key=key)  # noqa: E731
+            invoke = time.monotonic()
+            try:
+                got = call()
+                self._record(Op(kind, key, invoke, time.monotonic(), got if kind == GET else value, process=t))
+            except ClientError as e:
+                if kind == GET and e.response.get("Error", {}).get("Code") == "NoSuchKey":
+                    self._record(Op(GET, key, invoke, time.monotonic(), None, process=t))
+                    continue
+                self._failed(kind, key, invoke, value, t, e)
+            except (BotoCoreError, OSError) as e:
+                self._failed(kind, key, invoke, value, t, e)
+
+    def _failed(self, kind, key, invoke, value, t, e) -> None:
+        definite, code = classify(e)
+        now = time.monotonic()
+        self._record(Op(kind, key, invoke, now if definite else None, value, failed=definite,
+                        gave_up=None if definite else now, process=t, note=code))
+
+    def stop(self) -> list[Op]:
+        self.stopping.set()
+        for t in self.threads:
+            t.join(timeout=120)
+        assert not any(t.is_alive() for t in self.threads), "a workload thread hangs"
+        return self.ops()
+
+    def ops(self) -> list[Op]:
+        with self.lock:
+            return list(self.history)
+
+    def acknowledged(self, kind: str = PUT) -> list[Op]:
+        return [o for o in self.ops() if o.kind == kind and o.complete is not None and not o.failed]
+
+
+# --- the cluster and its nodes ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    work = tmp_path_factory.mktemp("replication")
+    c = LocalCluster(work, stores=3, gateways=2, partitions=8, replicas=3)
+    # Store nodes this module started again itself: name -> Popen.
+    c.restarted = {}
+    yield c
+    code = c.stop()
+    for name, proc in c.restarted.items():
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGCONT)
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    # Killed nodes count as children that died on their own.
+    assert code in (0, 1), f"cluster local exited {code}\n{c.logs()}"
+
+
+def node_pid(cluster, name: str) -> int:
+    proc = cluster.restarted.get(name)
+    return proc.pid if proc is not None else cluster.child(name).pid
+
+
+def node_cmdline(cluster, name: str) -> list[str]:
+    return Path(f"/proc/{node_pid(cluster, name)}/cmdline").read_bytes().decode().split("\0")[:-1]
+
+
+def kill_node(cluster, name: str, sig=signal.SIGKILL) -> list[str]:
+    """Kill store node `name`; its command line, for the restart."""
+    cmdline = node_cmdline(cluster, name)
+    pid = node_pid(cluster, name)
+    os.kill(pid, sig)
+    poll(lambda: not pid_alive(pid), 60, what=f"{name} (pid {pid}) is gone")
+    proc = cluster.restarted.get(name)
+    if proc is not None:
+        proc.wait(timeout=10)
+    return cmdline
+
+
+def restart_node(cluster, name: str, cmdline: list[str]) -> None:
+    """Start a killed node again with its own command line (its output
+    appended to its log), until it prints its listening line and answers
+    `laneway cluster ping`."""
+    log = cluster.child(name).log
+    offset = log.stat().st_size
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(cmdline, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                env=cluster.env, start_new_session=True)
+    cluster.restarted[name] = proc
+    ready = STORE_READY.format(name).encode()
+
+    def listening() -> bool:
+        assert proc.poll() is None, f"the restarted {name} exited {proc.returncode}\n{cluster.logs()}"
+        with open(log, "rb") as f:
+            f.seek(offset)
+            return ready in f.read()
+
+    poll(listening, 60, what=f"the restarted {name} prints its listening line")
+    ping = [cmdline[0], "cluster", "ping", "--file", str(cluster.dir / "cluster.toml"), "--node", name]
+    poll(lambda: subprocess.run(ping, capture_output=True, env=cluster.env, timeout=30).returncode == 0,
+         60, interval=0.5, what=f"{name} answers a ping")
+
+
+# --- the checks after each fault ------------------------------------------------
+
+
+class Nemesis:
+    """One test's faults and what they found. Checks made while a fault
+    lasts add to `problems` instead of failing at once, so the test goes
+    on to recover the cluster and check the history, and reports all;
+    the fixture's teardown undoes whatever a failing test left (a stopped
+    or killed node, a running workload)."""
+
+    def __init__(self, cluster):
+        self.cluster = cluster
+        self.problems: list[str] = []
+        self.killed: dict[str, list[str]] = {}  # name -> command line
+        self.stopped: list[int] = []
+        self.workload: Optional[Workload] = None
+        # Acknowledged PUTs of keys outside the workload's.
+        self.fresh: list[Op] = []
+
+    def start(self, name: str, seed: int, warmup: float = 3.0) -> str:
+        """A new bucket with a workload on it, running for `warmup` s."""
+        bucket = unique_bucket_name(name)
+
+        def create() -> bool:
+            try:
+                client(self.cluster, 0).create_bucket(Bucket=bucket)
+                return True
+            except ClientError as e:
+                return e.response.get("Error", {}).get("Code") == "BucketAlreadyOwnedByYou"
+            except BotoCoreError:
+                return False
+
+        poll(create, WRITE_DEADLINE_S, interval=0.5, what=f"CreateBucket {bucket}")
+        self.bucket = bucket
+        clients = [client(self.cluster, 0), client(self.cluster, 1)]
+        rng = random.Random(name)
+        for i in range(SEED_KEYS):
+            key = f"seed/{i:03d}"
+            body = body_for(f"{name}/seed/{i}", rng)
+            invoke = time.monotonic()
+            clients[i % 2].put_object(Bucket=bucket, Key=key, Body=body)
+            self.fresh.append(Op(PUT, key, invoke, time.monotonic(), value_of(body), process="seed"))
+        self.workload = Workload(self.cluster, bucket, name, seed)
+        time.sleep(warmup)
+        return bucket
+
+    def kill(self, name: str, sig=signal.SIGKILL) -> None:
+        self.killed[name] = kill_node(self.cluster, name, sig)
+
+    def restart(self, name: str) -> None:
+        restart_node(self.cluster, name, self.killed.pop(name))
+
+    def stop(self, name: str) -> int:
+        pid = node_pid(self.cluster, name)
+        os.kill(pid, signal.SIGSTOP)
+        self.stopped.append(pid)
+        return pid
+
+    def cont(self, pid: int) -> None:
+        os.kill(pid, signal.SIGCONT)
+        self.stopped.remove(pid)
+
+    def writes_succeed(self, label: str) -> None:
+        """FRESH_KEYS new keys PUT through both gateways, each retried
+        until it succeeds or WRITE_DEADLINE_S passes."""
+        clients = [client(self.cluster, 0), client(self.cluster, 1)]
+        pending = {f"fresh/{label}/{i:03d}": f"{label} {i}\n".encode() * 40 for i in range(FRESH_KEYS)}
+        last: dict[str, str] = {}
+        deadline = time.monotonic() + WRITE_DEADLINE_S
+        while pending and time.monotonic() < deadline:
+            for i, (key, body) in enumerate(list(pending.items())):
+                invoke = time.monotonic()
+                try:
+                    clients[i % 2].put_object(Bucket=self.bucket, Key=key, Body=body)
+                    self.fresh.append(Op(PUT, key, invoke, time.monotonic(), value_of(body), process=label))
+                    del pending[key]
+                except (ClientError, BotoCoreError) as e:
+                    last[key] = classify(e)[1]
+                if time.monotonic() >= deadline:
+                    break
+            if pending:
+                time.sleep(0.5)
+        if pending:
+            codes = sorted({last.get(k, "-") for k in pending})
+            self.problems.append(
+                f"{label}: {len(pending)} of {FRESH_KEYS} fresh PUTs still failing after "
+                f"{WRITE_DEADLINE_S:.0f}s (codes {codes}), e.g. {sorted(pending)[:4]}")
+
+    def verify(self, label: str) -> None:
+        """After recovery: the workload's history and every acknowledged
+        write, writes on every partition, usage against LIST; then the
+        test fails with every problem found."""
+        history = self.workload.stop()
+        acked = self.workload.acknowledged()
+        counts = {k: sum(1 for o in history if o.kind == k) for k in (PUT, GET, DELETE)}
+        unknown = sum(1 for o in history if o.unknown)
+        summary = (f"workload: {len(history)} calls {counts}, {len(acked)} PUTs acknowledged, "
+                   f"{unknown} of unknown outcome")
+        assert len(acked) >= THREADS, f"the workload hardly ran: {summary}"
+        self.writes_succeed(f"{label}-after")
+        keys = self.workload.keys + sorted(o.key for o in self.fresh)
+        finals, reads = read_back(self.cluster, self.bucket, keys)
+        t0 = min(o.invoke for o in history + self.fresh)
+        for g, final in enumerate(finals):
+            lost = lincheck.lost_writes(history + self.fresh, final)
+            if lost:
+                self.problems.append(f"gateway {g + 1}: {len(lost)} acknowledged PUTs lost or changed:\n"
+                                     + "\n".join(w.describe(t0) for w in lost[:8]))
+        mine = set(self.workload.keys)
+        report = lincheck.check(history + [r for r in reads if r.key in mine])
+        if not report.ok:
+            self.problems.append(f"lincheck: {report.describe()}")
+        why = usage_differs(self.cluster, self.bucket)
+        if why:
+            self.problems.append(why)
+        assert not self.problems, f"{summary}\n" + "\n".join(self.problems)
+
+    def undo(self) -> None:
+        if self.workload is not None:
+            self.workload.stopping.set()
+        for pid in list(self.stopped):
+            self.cont(pid)
+        for name in list(self.killed):
+            self.restart(name)
+        if self.workload is not None:
+            self.workload.stop()
+
+
+@pytest.fixture
+def nemesis(cluster):
+    n = Nemesis(cluster)
+    yield n
+    n.undo()
+
+
+def read_back(cluster, bucket: str, keys) -> tuple[list[dict[str, object]], list[Op]]:
+    """GET every key through both gateways, a failed read retried until
+    READ_DEADLINE_S (one deadline for all). Returns, per gateway, key ->
+    the value read (None when absent, "<unreadable CODE>" when no read
+    succeeded), and the successful reads as ops for the history."""
+    clients = [client(cluster, 0), client(cluster, 1)]
+    finals: list[dict[str, object]] = [{}, {}]
+    reads: list[Op] = []
+    deadline = time.monotonic() + READ_DEADLINE_S
+    for key in keys:
+        for g, s3 in enumerate(clients):
+            while True:
+                invoke = time.monotonic()
+                try:
+                    value = value_of(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+                except ClientError as e:
+                    if e.response.get("Error", {}).get("Code") == "NoSuchKey":
+                        value = None
+                    elif time.monotonic() < deadline:
+                        time.sleep(0.3)
+                        continue
+                    else:
+                        value = f"<unreadable {classify(e)[1]}>"
+                        break
+                except BotoCoreError as e:
+                    if time.monotonic() < deadline:
+                        time.sleep(0.3)
+                        continue
+                    value = f"<unreadable {type(e).__name__}>"
+                    break
+                reads.append(Op(GET, key, invoke, time.monotonic(), value, process=f"final-g{g + 1}"))
+                break
+            finals[g][key] = value
+    return finals, reads
+
+
+def list_all(s3, bucket: str) -> dict[str, int]:
+    sizes, token = {}, None
+    while True:
+        page = s3.list_objects_v2(Bucket=bucket, **({"ContinuationToken": token} if token else {}))
+        sizes.update({o["Key"]: o["Size"] for o in page.get("Contents", [])})
+        if not page["IsTruncated"]:
+            return sizes
+        token = page["NextContinuationToken"]
+
+
+def admin_get(cluster, path: str) -> dict:
+    """GET on gateway 1's admin API; raises on any failure (the caller
+    retries: an election may answer 503)."""
+    req = urllib.request.Request(cluster.gateways[0].admin + path)
+    req.add_header("Authorization", f"Bearer {ADMIN_TOKEN}")
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        return json.loads(resp.read())
+
+
+def usage_differs(cluster, bucket: str) -> Optional[str]:
+    """None when the admin API's usage of `bucket` (objects, bytes) equals
+    a LIST's; retried while a call fails or they differ (a retry the
+    gateways make may still land) until READ_DEADLINE_S; else why not."""
+    seen: list[str] = []
+    deadline = time.monotonic() + READ_DEADLINE_S
+    while True:
+        try:
+            listed = list_all(client(cluster, 1), bucket)
+            tenants = [t["id"] for t in admin_get(cluster, "/v1/tenants")["tenants"]]
+            mine = next(b for t in tenants for b in admin_get(cluster, f"/v1/tenants/{t}/usage")["buckets"]
+                        if b["name"] == bucket)
+            seen.append(f"usage {mine['objects']} objects {mine['bytes']} B, "
+                        f"LIST {len(listed)} objects {sum(listed.values())} B")
+            if (mine["objects"], mine["bytes"]) == (len(listed), sum(listed.values())):
+                return None
+        except (ClientError, BotoCoreError, OSError, KeyError, StopIteration) as e:
+            seen.append(repr(e)[:300])
+        if time.monotonic() > deadline:
+            return f"bucket usage never matched a LIST within {READ_DEADLINE_S:.0f}s: {seen[-2:]}"
+        time.sleep(1)
+
+
+# --- the faults -----------------------------------------------------------------
+
+
+def test_a_killed_store_node_loses_nothing_and_writes_go_on(nemesis):
+    nemesis.start("kill-one", seed=1)
+    nemesis.kill("store-1")
+    # Two of three replicas of every partition and of the catalog are up.
+    nemesis.writes_succeed("kill-one-during")
+    nemesis.restart("store-1")
+    time.sleep(2.0)  # load on the restarted node
+    nemesis.verify("kill-one")
+
+
+def test_two_store_nodes_killed_in_turn_lose_nothing(nemesis):
+    nemesis.start("kill-two", seed=2)
+    for name in ("store-2", "store-3"):
+        nemesis.kill(name)
+        nemesis.writes_succeed(f"kill-two-{name}-during")
+        nemesis.restart(name)
+        # The restarted node must be back in its groups before the next
+        # kill (else two of three would be down): writes through it first.
+        nemesis.writes_succeed(f"kill-two-{name}-back")
+    nemesis.verify("kill-two")
+
+
+def test_a_stopped_store_node_past_an_election_timeout(nemesis):
+    nemesis.start("stop", seed=3)
+    pid = nemesis.stop("store-2")
+    stopped = time.monotonic()
+    nemesis.writes_succeed("stop-during")
+    time.sleep(max(0.0, STOP_SECONDS - (time.monotonic() - stopped)))
+    nemesis.cont(pid)
+    time.sleep(2.0)  # load on the node that comes back with a stale term
+    nemesis.verify("stop")
+
+
+def test_a_store_node_that_lost_its_disk_comes_back_and_nothing_is_lost(nemesis, cluster):
+    nemesis.start("disk-loss", seed=4)
+    name = "store-3"
+    data = cluster.dir / name
+    assert data.is_dir(), f"no data directory {data}"
+    nemesis.kill(name, signal.SIGTERM)
+    shutil.rmtree(data)
+    nemesis.writes_succeed("disk-loss-during")
+    nemesis.restart(name)
+    nemesis.writes_succeed("disk-loss-back")
+    nemesis.verify("disk-loss")
