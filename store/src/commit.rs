@@ -670,7 +670,9 @@ fn commit_round(
         // A caller that went away no longer needs its answer.
         let _ = reply.send(result);
     }
-    committed.is_ok()
+    // A group's failure says nothing about this replica's index or
+    // volumes (no quorum, lost leadership): nothing to verify after it.
+    committed.is_ok() || matches!(sink, Sink::Group(_))
 }
 
 /// `e` again, for each request of a round that failed as a whole.

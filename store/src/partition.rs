@@ -130,12 +130,15 @@ impl Partition {
         let group = match &cfg.groups {
             // A replicated partition's index is written only by its log
             // (it was born with the tag index: nothing to backfill).
-            Some(opener) => Some(opener.0.open(
-                id,
-                Arc::clone(&index),
-                Arc::clone(&volumes),
-                &root.join("raft"),
-            )?),
+            Some(opener) => Some({
+                volumes.replicated();
+                opener.0.open(
+                    id,
+                    Arc::clone(&index),
+                    Arc::clone(&volumes),
+                    &root.join("raft"),
+                )?
+            }),
             None => {
                 let indexed = crate::tagindex::backfill(&*index)?;
                 if indexed > 0 {

@@ -145,7 +145,14 @@ pub struct VolumeSet {
     /// Records not yet committed, per segment: compaction keeps those
     /// segments.
     pending: Arc<Pending>,
+    /// For a replicated partition, the leader term this replica writes
+    /// under (0: it does not lead); [`UNREPLICATED`] otherwise.
+    term: AtomicU64,
 }
+
+/// [`VolumeSet`]'s term when its partition is not replicated: any
+/// segment may be written.
+const UNREPLICATED: u64 = u64::MAX;
 
 impl VolumeSet {
     /// Open the segments in `dir` (created if missing). Segments found on
@@ -175,7 +182,22 @@ impl VolumeSet {
             free: Mutex::new(Vec::new()),
             active: Mutex::new(HashSet::new()),
             pending: Arc::default(),
+            term: AtomicU64::new(UNREPLICATED),
         })
+    }
+
+    /// Mark the partition replicated: from now on segments are written
+    /// only under the term given to [`VolumeSet::begin_term`].
+    pub fn replicated(&self) {
+        self.term.store(0, Ordering::Relaxed);
+    }
+
+    /// Whether a writer may append to segment `id` now: always, unless
+    /// the partition is replicated and `id` is not of the term this
+    /// replica leads in.
+    fn writable(&self, id: u64) -> bool {
+        let term = self.term.load(Ordering::Relaxed);
+        term == UNREPLICATED || (term != 0 && crate::replication::segment_epoch(id) == term)
     }
 
     /// Borrow a segment to append one record to.
@@ -186,11 +208,19 @@ impl VolumeSet {
             };
             // A segment sealed while it sat in the pool (failed fsync) is
             // never appended to again.
-            if self.active.lock().contains(&w.id) {
+            if self.active.lock().contains(&w.id) && self.writable(w.id) {
                 return Ok(w);
             }
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        if !self.writable(id) {
+            // Not this replica's term (it does not lead, or a newer
+            // leader's segments were applied here): its bytes would land
+            // in a segment another leader owns.
+            return Err(StoreError::Unavailable(
+                "this replica does not lead its partition now; retry".into(),
+            ));
+        }
         let path = segment_path(&self.dir, id);
         let file = Arc::new(
             OpenOptions::new()
@@ -237,6 +267,7 @@ impl VolumeSet {
     pub fn begin_term(&self, term: u64) {
         let first = term << crate::replication::EPOCH_SHIFT;
         self.next_id.fetch_max(first, Ordering::Relaxed);
+        self.term.store(term, Ordering::Relaxed);
         let idle: Vec<SegmentWriter> = std::mem::take(&mut *self.free.lock());
         let (keep, old): (Vec<_>, Vec<_>) = idle
             .into_iter()
@@ -635,6 +666,34 @@ mod tests {
 
     fn payload(n: usize) -> Vec<u8> {
         (0..n).map(|i| (i * 31 % 251) as u8).collect()
+    }
+
+    #[test]
+    fn a_replicated_set_writes_only_segments_of_the_term_it_leads() {
+        use crate::replication::segment_epoch;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let vs = VolumeSet::open(dir.path(), 1 << 20).expect("open");
+        vs.replicated();
+        assert!(matches!(vs.take_writer(), Err(StoreError::Unavailable(_))));
+        vs.begin_term(5);
+        let w = vs.take_writer().expect("a writer in term 5");
+        assert_eq!(segment_epoch(w.id()), 5);
+        vs.release(w);
+        // Another leader's segment of a later term, applied from the log,
+        // moves the ids past this term: no more writers here.
+        vs.write_at((6 << 32) + 3, 10, b"piece").expect("write_at");
+        let mut back = [0u8; 5];
+        vs.file((6 << 32) + 3)
+            .expect("created")
+            .read_exact_at(&mut back, 10)
+            .expect("read");
+        assert_eq!(&back, b"piece");
+        vs.seal_idle();
+        assert!(matches!(vs.take_writer(), Err(StoreError::Unavailable(_))));
+        // Leading again, in term 7: the idle term-5 segment is not reused.
+        vs.begin_term(7);
+        let w = vs.take_writer().expect("a writer in term 7");
+        assert_eq!(segment_epoch(w.id()), 7);
     }
 
     fn read_all(
