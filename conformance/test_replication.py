@@ -57,13 +57,12 @@ from lincheck import DELETE, GET, PUT, Op
 # (replica/tests/store_groups.rs) but `laneway store` does not start them,
 # and `cluster local` has no --replicas until it does (docs/replication.md,
 # "Not built yet"). These tests are the acceptance gate for that step.
-pytestmark = pytest.mark.skip(
-    reason="replication is not wired into store nodes yet (issue 13; docs/replication.md)"
-)
-
-pytestmark = pytest.mark.skipif(
-    bool(os.environ.get("LANEWAY_ENDPOINT")), reason="starts its own cluster; not with LANEWAY_ENDPOINT"
-)
+pytestmark = [
+    pytest.mark.skip(reason="replication is not wired into store nodes yet (issue 13; docs/replication.md)"),
+    pytest.mark.skipif(
+        bool(os.environ.get("LANEWAY_ENDPOINT")), reason="starts its own cluster; not with LANEWAY_ENDPOINT"
+    ),
+]
 
 KEYS = 40
 THREADS = 6  # three per gateway
