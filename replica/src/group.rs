@@ -20,7 +20,7 @@
 
 use crate::machine::PartitionMachine;
 use crate::types::{Mutation, NodeId, PartitionRaft, TypeConfig};
-use crate::{LogStore, ReplicaError};
+use crate::{LogStore, ReplicaError, ReplicaResult};
 use futures::future::BoxFuture;
 use laneway_store::error::{StoreError, StoreResult};
 use laneway_store::ids::PartitionId;
@@ -38,29 +38,24 @@ use tokio::runtime::Handle;
 /// Longest a commit, a settle or a shipped piece waits for its group.
 pub const GROUP_DEADLINE: Duration = Duration::from_secs(5);
 
-/// The openraft settings of a store partition's group.
+/// The openraft settings of a store partition's group: the timing of
+/// [`crate::net::group_config`], with snapshots off and fewer entries per
+/// append.
 ///
 /// Snapshots are off: a snapshot today holds index rows only, not the
 /// volume segments they point at, so a replica that needed one would end
 /// up with records whose bodies it lacks. Until snapshots carry segments,
 /// logs are kept whole and a replica catches up by replaying them
 /// (docs/replication.md, "Known limits").
-pub fn store_group_config(name: &str) -> Result<Arc<openraft::Config>, ReplicaError> {
-    let config = openraft::Config {
-        cluster_name: name.to_string(),
-        heartbeat_interval: 250,
-        election_timeout_min: 1000,
-        election_timeout_max: 2000,
-        // Entries carry up to a MiB of body each; keep a batch well under
-        // the RPC's 16 MiB frame.
-        max_payload_entries: 8,
-        snapshot_policy: openraft::SnapshotPolicy::Never,
-        ..Default::default()
-    };
+pub fn store_group_config(name: &str) -> ReplicaResult<Arc<openraft::Config>> {
+    let mut config = (*crate::net::group_config(name)?).clone();
+    config.snapshot_policy = openraft::SnapshotPolicy::Never;
+    // Entries carry up to a MiB of body each: a few per append.
+    config.max_payload_entries = 8;
     config
         .validate()
         .map(Arc::new)
-        .map_err(|e| ReplicaError::Snapshot(format!("raft config: {e}")))
+        .map_err(|e| ReplicaError::Config(e.to_string()))
 }
 
 /// One partition's group, at this replica.
@@ -205,7 +200,8 @@ impl Group for RaftGroup {
     }
 }
 
-/// Who a partition's group is made of, as this node sees it.
+/// Who a partition's group is made of, as this node sees it (the
+/// lowest-numbered member initializes a new group: [`launch`]).
 #[derive(Clone, Debug)]
 pub struct GroupSpec {
     /// This node's Raft id.
@@ -248,10 +244,18 @@ where
         let config = store_group_config(&partition.to_string())
             .map_err(|e| StoreError::Engine(e.to_string()))?;
         let network = (self.network)(partition);
-        let raft =
-            self.handle
-                .block_on(start(spec, config, network, LogStore::new(log), machine))?;
-        (self.started)(partition, raft.clone());
+        let raft = self
+            .handle
+            .block_on(launch(
+                config,
+                spec.me,
+                spec.members,
+                network,
+                LogStore::new(log),
+                machine,
+                |raft| (self.started)(partition, raft.clone()),
+            ))
+            .map_err(|e| StoreError::Unavailable(format!("{partition} group: {e}")))?;
         watch_leadership(&self.handle, raft.clone(), volumes);
         Ok(Arc::new(RaftGroup {
             raft,
@@ -260,34 +264,77 @@ where
     }
 }
 
-/// Create the Raft of a group and, when its storage is new, initialize it
-/// with its members. Every member does so with the same membership, which
-/// openraft documents as safe (the first election settles it); a member
-/// that already has a log or a vote gets `NotAllowed`, which is fine.
+/// Create this node's replica `me` of a group, make it reachable
+/// (`reachable`, called before it may campaign, so its peers' answers
+/// find it), and initialize a new group with `members`.
 ///
-/// Known limit: a member whose disk was wiped starts with no vote and an
-/// empty log and initializes again; it cannot win an election against the
-/// others' longer logs, but it may vote a second time in a term it voted
-/// in before the wipe. Rejoining as a new member (learner, then voter) is
-/// the safe way and comes with the membership commands.
-async fn start<N>(
-    spec: GroupSpec,
+/// A new group is initialized (its first log entry, the membership, is
+/// written) by exactly one node: the lowest-numbered member, and only when
+/// its log and vote are empty. Why that is safe: openraft's `initialize`
+/// refuses a node that has any log entry or has voted, and the other
+/// members never call it, so a group's first membership is proposed once,
+/// by one node, with one member set; two nodes initialising with
+/// different sets is the split brain openraft warns of, and cannot happen
+/// here. The others wait, empty, until the first one's election reaches
+/// them. A restart finds the log non-empty and only rejoins. If the
+/// lowest-numbered member is not up, a new group has no leader until it
+/// is.
+///
+/// Not handled: the first member losing its disk. It then restarts empty
+/// and initializes again, with the same members, proposing term 1 from an
+/// empty log; the others, at a higher term with longer logs, refuse it
+/// and their leader overwrites it, so no second history appears while
+/// they are up. But a replica that lost its disk has also forgotten its
+/// vote and the entries it acknowledged: it can vote twice in one term,
+/// and a write that it helped commit may then rest on a single survivor.
+/// The safe path is to bring it back as a new replica through a
+/// membership change (remove it, add it as a learner, promote), which is
+/// the placement work still to come; until then a node with a lost disk
+/// must not be restarted under its old id.
+pub async fn launch<N>(
     config: Arc<openraft::Config>,
+    me: NodeId,
+    members: BTreeMap<NodeId, BasicNode>,
     network: N,
     log: LogStore,
     machine: PartitionMachine,
-) -> StoreResult<PartitionRaft>
+    reachable: impl FnOnce(&PartitionRaft),
+) -> ReplicaResult<PartitionRaft>
 where
     N: RaftNetworkFactory<TypeConfig>,
 {
-    let raft = openraft::Raft::new(spec.me, config, network, log, machine)
+    let raft = openraft::Raft::new(me, config, network, log, machine)
         .await
-        .map_err(|e| StoreError::Engine(format!("starting a replication group: {e}")))?;
-    match raft.initialize(spec.members).await {
-        Ok(()) | Err(RaftError::APIError(InitializeError::NotAllowed(_))) => Ok(raft),
-        Err(e) => Err(StoreError::Engine(format!(
-            "initializing a replication group: {e}"
-        ))),
+        .map_err(|e| ReplicaError::Raft(e.to_string()))?;
+    reachable(&raft);
+    if members.keys().next() == Some(&me)
+        && let Err(e) = initialize_once(&raft, members).await
+    {
+        let _ = raft.shutdown().await;
+        return Err(e);
+    }
+    Ok(raft)
+}
+
+/// Initialize `raft` with `members` unless its log or vote says the group
+/// already exists.
+async fn initialize_once(
+    raft: &PartitionRaft,
+    members: BTreeMap<NodeId, BasicNode>,
+) -> ReplicaResult<()> {
+    let initialized = raft
+        .is_initialized()
+        .await
+        .map_err(|e| ReplicaError::Raft(e.to_string()))?;
+    if initialized {
+        return Ok(());
+    }
+    match raft.initialize(members).await {
+        Ok(()) => Ok(()),
+        // A peer's vote request arrived between the check and the call:
+        // the group exists, which is what this call wanted.
+        Err(RaftError::APIError(InitializeError::NotAllowed(_))) => Ok(()),
+        Err(e) => Err(ReplicaError::Raft(e.to_string())),
     }
 }
 

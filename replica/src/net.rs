@@ -37,7 +37,6 @@ pub use service::{RaftService, Received, Split};
 use crate::blocking::{ReplicaError, ReplicaResult};
 use crate::types::{NodeId, PartitionRaft};
 use crate::{LogStore, PartitionMachine};
-use openraft::error::{InitializeError, RaftError};
 use openraft::{BasicNode, Config, SnapshotPolicy};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -124,31 +123,8 @@ pub async fn start_group(
 
 /// Start this node's replica `me` of `group` on `log` and `machine`,
 /// reachable through `service` and talking through `peers`; the group's
-/// voters are `members` (with their RPC addresses).
-///
-/// A new group is initialised (its first log entry, the membership, is
-/// written) by exactly one node: the lowest-numbered member, and only when
-/// its log and vote are empty. Why that is safe: openraft's `initialize`
-/// refuses a node that has any log entry or has voted, and the other
-/// members never call it, so a group's first membership is proposed once,
-/// by one node, with one member set; two nodes initialising with
-/// different sets is the split brain openraft warns of, and cannot happen
-/// here. The others wait, empty, until the first one's election reaches
-/// them. A restart finds the log non-empty and only rejoins. If the
-/// lowest-numbered member is not up, a new group has no leader until it
-/// is.
-///
-/// Not handled: the first member losing its disk. It then restarts empty
-/// and initialises again, with the same members, proposing term 1 from an
-/// empty log; the others, at a higher term with longer logs, refuse it
-/// and their leader overwrites it, so no second history appears while
-/// they are up. But a replica that lost its disk has also forgotten its
-/// vote and the entries it acknowledged: it can vote twice in one term,
-/// and a write that it helped commit may then rest on a single survivor.
-/// The safe path is to bring it back as a new replica through a
-/// membership change (remove it, add it as a learner, promote), which is
-/// the placement work still to come; until then a node with a lost disk
-/// must not be restarted under its old id.
+/// voters are `members` (with their RPC addresses). Who initializes a new
+/// group, and why that is safe: [`crate::group::launch`].
 #[allow(clippy::too_many_arguments)]
 pub async fn start_group_with(
     config: Arc<Config>,
@@ -161,41 +137,15 @@ pub async fn start_group_with(
     service: &RaftService,
 ) -> ReplicaResult<PartitionRaft> {
     let network = RpcNetwork::new(group, peers);
-    let raft = PartitionRaft::new(me, config, network, log, machine)
-        .await
-        .map_err(|e| ReplicaError::Raft(e.to_string()))?;
-    // Reachable before it may campaign, so its peers' answers find it.
-    service.register(group, raft.clone());
-    if members.keys().next() == Some(&me)
-        && let Err(e) = initialize_once(&raft, members).await
-    {
+    let started = crate::group::launch(config, me, members, network, log, machine, |raft| {
+        // Reachable before it may campaign, so its peers' answers find it.
+        service.register(group, raft.clone());
+    })
+    .await;
+    if started.is_err() {
         service.unregister(group);
-        let _ = raft.shutdown().await;
-        return Err(e);
     }
-    Ok(raft)
-}
-
-/// Initialise `raft` with `members` unless its log or vote says the group
-/// already exists.
-async fn initialize_once(
-    raft: &PartitionRaft,
-    members: BTreeMap<NodeId, BasicNode>,
-) -> ReplicaResult<()> {
-    let initialized = raft
-        .is_initialized()
-        .await
-        .map_err(|e| ReplicaError::Raft(e.to_string()))?;
-    if initialized {
-        return Ok(());
-    }
-    match raft.initialize(members).await {
-        Ok(()) => Ok(()),
-        // A peer's vote request arrived between the check and the call:
-        // the group exists, which is what this call wanted.
-        Err(RaftError::APIError(InitializeError::NotAllowed(_))) => Ok(()),
-        Err(e) => Err(ReplicaError::Raft(e.to_string())),
-    }
+    started
 }
 
 /// A cluster node's Raft id from its name in the cluster file: FNV-1a 64
