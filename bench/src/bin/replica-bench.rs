@@ -1,0 +1,259 @@
+//! replica-bench: the store's write and read paths with and without
+//! replication, side by side in one run (docs/benchmarks.md,
+//! "Replication").
+//!
+//! RF 1 is one durable store. RF 3 is three stores in this process, each
+//! partition a Raft group of three replicas that talk over the real
+//! cluster RPC on loopback (signed HTTP/2, the transport store nodes will
+//! use): every PUT is acknowledged once a quorum has fsynced its log
+//! entries (bodies above the inline size travel as volume pieces), and
+//! every GET first passes the leader's read-index barrier. Calls go
+//! straight to the partition's leader store (no gateway, no S3): this
+//! measures what replication adds to the store, not the HTTP front.
+//!
+//! Method: `--objects` PUTs of `--size` bytes from `--concurrency` tasks,
+//! then the same number of GETs; wall time, operations per second and the
+//! whole process's CPU per operation (for RF 3 that is all three replicas,
+//! which share this machine's cores as they would not in a real cluster).
+
+use bytes::Bytes;
+use clap::Parser;
+use futures::StreamExt;
+use laneway_bench::cpu::cpu_seconds;
+use laneway_replica::group::{GroupSpec, RaftOpener};
+use laneway_replica::net::{Peers, RaftService, RpcNetwork};
+use laneway_replica::types::NodeId;
+use laneway_store::ids::PartitionId;
+use laneway_store::replication::Replication;
+use laneway_store::rpc::{RpcServer, ServerOptions, Signer};
+use laneway_store::{BodyStream, BucketInfo, PutOptions, Store, StoreConfig, TenantId};
+use openraft::BasicNode;
+use std::collections::BTreeMap;
+use std::error::Error;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+type BenchResult<T> = Result<T, Box<dyn Error>>;
+
+/// Command-line flags.
+#[derive(Parser, Debug)]
+#[command(about = "Benchmark the store with and without replication")]
+struct Args {
+    /// Objects written (and then read).
+    #[arg(long, default_value_t = 20_000)]
+    objects: u64,
+    /// Object size in bytes.
+    #[arg(long, default_value_t = 4096)]
+    size: usize,
+    /// Operations in flight.
+    #[arg(long, default_value_t = 32)]
+    concurrency: u64,
+    /// Partitions of each store.
+    #[arg(long, default_value_t = 16)]
+    partitions: u32,
+    /// Which setups: rf1, rf3 or both.
+    #[arg(long, default_value = "both")]
+    mode: String,
+}
+
+/// Where each partition's calls go.
+struct Setup {
+    /// Per partition, the store that leads it.
+    leaders: Vec<Arc<Store>>,
+    /// Everything to stop at the end.
+    stores: Vec<Arc<Store>>,
+    servers: Vec<RpcServer>,
+    _dirs: Vec<tempfile::TempDir>,
+}
+
+fn main() -> BenchResult<()> {
+    let args = Args::parse();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    println!(
+        "replica-bench: {} objects of {} B, {} in flight, {} partitions; CPU is this whole process",
+        args.objects, args.size, args.concurrency, args.partitions
+    );
+    for mode in ["rf1", "rf3"] {
+        if args.mode != "both" && args.mode != mode {
+            continue;
+        }
+        let setup = if mode == "rf1" {
+            rf1(&args)?
+        } else {
+            rf3(&args, &rt)?
+        };
+        measure(mode, &args, &rt, &setup)?;
+        for s in &setup.stores {
+            s.shutdown();
+        }
+        rt.block_on(async {
+            for server in setup.servers {
+                server.stop().await;
+            }
+        });
+    }
+    Ok(())
+}
+
+fn rf1(args: &Args) -> BenchResult<Setup> {
+    let dir = tempfile::tempdir()?;
+    let cfg = StoreConfig {
+        partitions: Some(args.partitions),
+        ..StoreConfig::default()
+    };
+    let store = Store::open(dir.path(), cfg)?;
+    Ok(Setup {
+        leaders: vec![Arc::clone(&store); args.partitions as usize],
+        stores: vec![store],
+        servers: Vec::new(),
+        _dirs: vec![dir],
+    })
+}
+
+fn rf3(args: &Args, rt: &tokio::runtime::Runtime) -> BenchResult<Setup> {
+    let signer = || Signer::new(&[7u8; 32]);
+    let mut listeners = Vec::new();
+    let mut members = BTreeMap::new();
+    for id in 1..=3u64 {
+        let l = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))?;
+        members.insert(id, BasicNode::new(l.local_addr()?.to_string()));
+        listeners.push(l);
+    }
+    let (mut stores, mut servers, mut dirs) = (Vec::new(), Vec::new(), Vec::new());
+    for (i, listener) in listeners.into_iter().enumerate() {
+        let me = i as NodeId + 1;
+        let service = Arc::new(RaftService::new());
+        let _guard = rt.enter();
+        servers.push(RpcServer::start(
+            listener,
+            Arc::clone(&service) as Arc<dyn laneway_store::rpc::Handler>,
+            signer(),
+            ServerOptions::default(),
+        )?);
+        let peers = Arc::new(Peers::new(signer()));
+        let members = members.clone();
+        let opener = RaftOpener {
+            spec: Box::new(move |_| GroupSpec {
+                me,
+                members: members.clone(),
+            }),
+            network: Box::new(move |p: PartitionId| RpcNetwork::new(p.0, Arc::clone(&peers))),
+            started: Box::new(move |p: PartitionId, raft| {
+                service.register(p.0, raft);
+            }),
+            handle: rt.handle().clone(),
+        };
+        let dir = tempfile::tempdir()?;
+        let cfg = StoreConfig {
+            partitions: Some(args.partitions),
+            groups: Some(Replication(Arc::new(opener))),
+            ..StoreConfig::default()
+        };
+        drop(_guard);
+        stores.push(Store::open(dir.path(), cfg)?);
+        dirs.push(dir);
+    }
+    let leaders = (0..args.partitions)
+        .map(|p| leader_of(&stores, PartitionId(p)))
+        .collect::<BenchResult<Vec<_>>>()?;
+    Ok(Setup {
+        leaders,
+        stores,
+        servers,
+        _dirs: dirs,
+    })
+}
+
+/// The store leading partition `p`, once one does (at most 30 s).
+fn leader_of(stores: &[Arc<Store>], p: PartitionId) -> BenchResult<Arc<Store>> {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(30) {
+        for (i, s) in stores.iter().enumerate() {
+            let status = s.partition(p)?.group().map(|g| g.status());
+            if status.is_some_and(|st| st.leader == Some(i as u64 + 1)) {
+                return Ok(Arc::clone(s));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Err(format!("{p} elected no leader in 30 s").into())
+}
+
+fn measure(
+    mode: &str,
+    args: &Args,
+    rt: &tokio::runtime::Runtime,
+    setup: &Setup,
+) -> BenchResult<()> {
+    let tenant = TenantId("bench".into());
+    let buckets: Vec<BucketInfo> = setup
+        .stores
+        .iter()
+        .map(|s| s.create_bucket(&tenant, "bench", "us-east-1"))
+        .collect::<Result<_, _>>()?;
+    let bucket = buckets[0].clone();
+    let body = Bytes::from(vec![0x5au8; args.size]);
+    for phase in ["put", "get"] {
+        let cpu0 = cpu_seconds(None)?;
+        let t0 = Instant::now();
+        rt.block_on(run_phase(phase, args, setup, &bucket, &body))?;
+        let wall = t0.elapsed().as_secs_f64();
+        let cpu = cpu_seconds(None)? - cpu0;
+        let n = args.objects as f64;
+        println!(
+            "{mode} {phase}: {:.0} ops/s ({:.2} s), {:.0} us CPU/op",
+            n / wall,
+            wall,
+            cpu / n * 1e6
+        );
+    }
+    Ok(())
+}
+
+async fn run_phase(
+    phase: &str,
+    args: &Args,
+    setup: &Setup,
+    bucket: &BucketInfo,
+    body: &Bytes,
+) -> BenchResult<()> {
+    let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let workers = (0..args.concurrency).map(|_| {
+        let next = Arc::clone(&next);
+        async move {
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if i >= args.objects {
+                    return Ok::<(), Box<dyn Error>>(());
+                }
+                let key = format!("obj/{i:08}");
+                let p =
+                    laneway_store::hash::partition_of(bucket.id, key.as_bytes(), args.partitions);
+                let store = &setup.leaders[p.0 as usize];
+                if phase == "put" {
+                    let opts = PutOptions {
+                        content_length: Some(body.len() as u64),
+                        ..PutOptions::default()
+                    };
+                    let stream: BodyStream = Box::pin(futures::stream::iter([Ok(body.clone())]));
+                    store
+                        .put_object(bucket, &key, Default::default(), opts, stream)
+                        .await?;
+                } else {
+                    if let Some(g) = store.partition(p)?.group() {
+                        g.read_barrier().await?;
+                    }
+                    let (_, mut s) = store.get_object(bucket, &key, None)?;
+                    while let Some(chunk) = s.next().await {
+                        chunk?;
+                    }
+                }
+            }
+        }
+    });
+    futures::future::try_join_all(workers).await?;
+    Ok(())
+}
