@@ -148,20 +148,11 @@ pub async fn start_group_with(
     started
 }
 
-/// A cluster node's Raft id from its name in the cluster file: FNV-1a 64
-/// over the name's UTF-8 bytes. Stable across versions and platforms (the
-/// id is in every log entry, so it must never change), spread well enough
-/// that distinct names of one cluster collide with odds near 2^-64 per
-/// pair, and never 0 (a hash of 0 becomes 1), as 0 reads as "no node" in
-/// places. Not a defence against chosen names: names come from the
-/// operator's cluster file.
+/// A cluster node's Raft id from its name in the cluster file
+/// ([`laneway_store::cluster::NodeId::raft_id`], which says why it is
+/// FNV-1a 64 and never 0).
 pub fn raft_node_id(node_name: &str) -> NodeId {
-    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-    const PRIME: u64 = 0x0000_0100_0000_01b3;
-    let hash = node_name
-        .bytes()
-        .fold(OFFSET, |h, b| (h ^ u64::from(b)).wrapping_mul(PRIME));
-    hash.max(1)
+    laneway_store::cluster::raft_id_of(node_name)
 }
 
 #[cfg(test)]

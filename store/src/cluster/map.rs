@@ -43,6 +43,27 @@ impl NodeId {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// This node's id in every replication group it is a member of:
+    /// FNV-1a 64 over the name's UTF-8 bytes. Stable across versions and
+    /// platforms (the id is in every log entry, so it must never change),
+    /// spread well enough that distinct names of one cluster collide with
+    /// odds near 2^-64 per pair, and never 0 (a hash of 0 becomes 1), as 0
+    /// reads as "no node" in places. Not a defence against chosen names:
+    /// names come from the operator's cluster file.
+    pub fn raft_id(&self) -> u64 {
+        raft_id_of(&self.0)
+    }
+}
+
+/// [`NodeId::raft_id`] of a name (checked or not).
+pub fn raft_id_of(name: &str) -> u64 {
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let hash = name
+        .bytes()
+        .fold(OFFSET, |h, b| (h ^ u64::from(b)).wrapping_mul(PRIME));
+    hash.max(1)
 }
 
 impl fmt::Display for NodeId {

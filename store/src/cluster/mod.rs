@@ -23,4 +23,4 @@ pub mod map;
 
 pub use file::{ClusterFile, ClusterFileError};
 pub use init::{InitSpec, init_cluster};
-pub use map::{FileMapSource, MapSource, NodeId, NodeInfo, PartitionMap};
+pub use map::{FileMapSource, MapSource, NodeId, NodeInfo, PartitionMap, raft_id_of};

@@ -104,6 +104,9 @@ impl Inner {
         if env.call.route() == Route::Catalog && !self.hosts_catalog() {
             return Err(wrong_node(map_version, "the catalog is not on this node"));
         }
+        self.check_leads(&env.call)
+            .await
+            .map_err(|e| self.wire_error(map_version, e))?;
         let mut permit = self
             .lanes
             .admit(env.caller.as_ref(), env.call.base_costs())
@@ -115,12 +118,10 @@ impl Inner {
             permit = None;
         }
         let body = self.lanes.pace(env.caller.as_ref(), body);
-        let reply = self.dispatch(env.call, body).await.map_err(|e| match e {
-            StoreError::NotHosted(p) => {
-                wrong_node(map_version, &format!("{p} is not on this node"))
-            }
-            e => WireError::from_store(&e),
-        })?;
+        let reply = self
+            .dispatch(env.call, body)
+            .await
+            .map_err(|e| self.wire_error(map_version, e))?;
         let window = env
             .caller
             .as_ref()
@@ -128,6 +129,52 @@ impl Inner {
         Ok(self
             .lanes
             .hold_until_sent(permit, with_window(window, reply)))
+    }
+
+    /// A store error as the wire carries it: a partition this node does
+    /// not host is `WrongNode` (the sender's map is stale).
+    fn wire_error(&self, map_version: u64, e: StoreError) -> WireError {
+        match e {
+            StoreError::NotHosted(p) => {
+                wrong_node(map_version, &format!("{p} is not on this node"))
+            }
+            e => WireError::from_store(&e),
+        }
+    }
+
+    /// Refuse, with `NotLeader` and the leader this replica knows of, a
+    /// call on one partition whose group this replica does not lead
+    /// (calls that name several partitions check each: [`Inner::lead`]).
+    async fn check_leads(&self, call: &Call) -> StoreResult<()> {
+        match call.route() {
+            Route::Object(bucket, key) => {
+                let count = self.map.current().partition_count();
+                let p = crate::hash::partition_of(bucket, key.as_bytes(), count);
+                self.lead(p, call.is_read()).await
+            }
+            Route::Catalog | Route::Named => Ok(()),
+        }
+    }
+
+    /// Whether this replica may serve a call on partition `p`: always for
+    /// an unreplicated partition; for a replicated one, a read only once
+    /// the leader confirmed with a quorum that it still leads and applied
+    /// what committed before (read-index), a write when this replica
+    /// leads (its commit then goes through the group, which refuses it if
+    /// leadership moved meanwhile). `NotHosted` when `p` is not here.
+    pub(crate) async fn lead(&self, p: crate::ids::PartitionId, read: bool) -> StoreResult<()> {
+        let Some(group) = self.store.partition(p)?.group() else {
+            return Ok(());
+        };
+        if read {
+            return group.read_barrier().await;
+        }
+        let status = group.status();
+        if status.leader == Some(status.me) {
+            Ok(())
+        } else {
+            Err(StoreError::NotLeader(status.leader))
+        }
     }
 
     fn hosts_catalog(&self) -> bool {

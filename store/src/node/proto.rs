@@ -427,6 +427,29 @@ impl Call {
         matches!(self, Call::PutObject { .. } | Call::UploadPart { .. })
     }
 
+    /// Whether the call only reads (a replicated node confirms it still
+    /// leads, with a quorum, before it answers one: a linearizable read).
+    pub fn is_read(&self) -> bool {
+        matches!(
+            self,
+            Call::Bucket { .. }
+                | Call::ListBuckets { .. }
+                | Call::CatalogDoc { .. }
+                | Call::BucketUsage { .. }
+                | Call::BucketPending { .. }
+                | Call::ListRuns { .. }
+                | Call::ListMultipartUploads { .. }
+                | Call::HeadObject { .. }
+                | Call::GetObject { .. }
+                | Call::ObjectPartRange { .. }
+                | Call::ObjectWithParts { .. }
+                | Call::RepeatedCompletion { .. }
+                | Call::PartSize { .. }
+                | Call::UploadChecksum { .. }
+                | Call::ListParts { .. }
+        )
+    }
+
     /// The call's index work in base costs of the node's lanes (one; a
     /// LIST fetch one per partition run it reads). Bodies add their bytes.
     pub fn base_costs(&self) -> u64 {
