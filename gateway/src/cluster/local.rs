@@ -6,7 +6,8 @@
 //! `i` serves S3 on `P+i-1` and its admin API on `P+G+i-1`; store node `j`
 //! listens for the cluster RPC on `P+2G+j-1`, all at `--host`. The data
 //! directory `D` holds `cluster.toml` and its secret (written on the first
-//! start, reused and checked against the flags later), each store node's
+//! start, reused and checked against the flags later: nodes, addresses,
+//! partition count, replicas), each store node's
 //! data in `store-j/`, the generated admin token in `admin.token` (mode
 //! 0600) and every child's stdout and stderr in `logs/NAME.log` (appended
 //! to, one header line per start).
@@ -29,6 +30,7 @@
 //! SIGTERM; 1 otherwise (or when the start failed); 2 for bad flags.
 
 use clap::Args;
+use laneway_store::cluster::file::REPLICA_CHOICES;
 use laneway_store::cluster::{ClusterFile, InitSpec, init_cluster};
 use rustix::process::{Pid, Signal, kill_process};
 use std::fs::{File, OpenOptions};
@@ -75,6 +77,11 @@ pub struct LocalArgs {
     /// existing cluster keeps its count.
     #[arg(long)]
     pub partitions: Option<u32>,
+    /// Replicas of every partition and of the catalog: 1, or 3 (needs at
+    /// least 3 store nodes). Fixed for the cluster's life: a reused
+    /// cluster file must have been made with the same value.
+    #[arg(long, env = "LANEWAY_REPLICAS", default_value_t = 1)]
+    pub replicas: u32,
     /// Address every child listens on.
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
@@ -120,6 +127,18 @@ fn layout(args: &LocalArgs) -> Result<Layout, String> {
     if g == 0 || n == 0 {
         return Err("--gateways and --store-nodes must be at least 1".into());
     }
+    if !REPLICA_CHOICES.contains(&args.replicas) {
+        return Err(format!(
+            "--replicas {} is not supported: pass 1 (no replication) or 3",
+            args.replicas
+        ));
+    }
+    if args.replicas > n {
+        return Err(format!(
+            "--replicas {} needs at least {} store nodes, --store-nodes is {n}",
+            args.replicas, args.replicas
+        ));
+    }
     if args.base_port == 0 {
         return Err("--base-port must be a fixed port (the cluster file names them)".into());
     }
@@ -151,29 +170,35 @@ fn layout(args: &LocalArgs) -> Result<Layout, String> {
 }
 
 /// `D/cluster.toml`: written for `layout` when missing, else loaded and
-/// checked against it (same nodes at the same addresses, and the same
-/// partition count when `--partitions` is given).
+/// checked against it (same nodes at the same addresses, the same
+/// replicas, and the same partition count when `--partitions` is given).
 fn settle_cluster(
     path: &Path,
     layout: &Layout,
     partitions: Option<u32>,
+    replicas: u32,
 ) -> Result<ClusterFile, String> {
     if !path.exists() {
         let spec = InitSpec {
             path: path.to_path_buf(),
             nodes: layout.stores.clone(),
             partitions: partitions.unwrap_or(DEFAULT_PARTITIONS),
-            replicas: 1,
+            replicas,
         };
         return init_cluster(&spec).map_err(|e| e.to_string());
     }
     let file = ClusterFile::load(path).map_err(|e| e.to_string())?;
-    check_reuse(&file, layout, partitions)?;
+    check_reuse(&file, layout, partitions, replicas)?;
     Ok(file)
 }
 
 /// Why an existing cluster file does not fit the flags, if it does not.
-fn check_reuse(file: &ClusterFile, layout: &Layout, partitions: Option<u32>) -> Result<(), String> {
+fn check_reuse(
+    file: &ClusterFile,
+    layout: &Layout,
+    partitions: Option<u32>,
+    replicas: u32,
+) -> Result<(), String> {
     let shown = file.path.display();
     let have: Vec<(String, String)> = file
         .nodes
@@ -192,6 +217,15 @@ fn check_reuse(file: &ClusterFile, layout: &Layout, partitions: Option<u32>) -> 
         return Err(format!(
             "{shown} puts {id} at {had}, these flags put it at {want}: pass the --base-port, \
              --gateways and --host it was made with, or use another --data-dir"
+        ));
+    }
+    // The map places every partition on `replicas` nodes when the file is
+    // made; changing it later would need a membership change, not a flag.
+    if file.replicas != replicas {
+        return Err(format!(
+            "{shown} has {} replicas (fixed for the cluster's life), --replicas is {replicas}: \
+             pass --replicas {} or use another --data-dir",
+            file.replicas, file.replicas
         ));
     }
     let count = file.map.partition_count();
@@ -606,10 +640,11 @@ async fn start_all(
 /// for the aws CLI (the first gateway's, as its banner printed them).
 fn summary(plan: &Plan, file: &ClusterFile, children: &[Child], source: &TokenSource) -> String {
     let mut out = format!(
-        "\nlaneway cluster local: {} store nodes, {} gateways, {} partitions, data in {}\n\n",
+        "\nlaneway cluster local: {} store nodes, {} gateways, {} partitions, {} replicas, data in {}\n\n",
         plan.layout.stores.len(),
         plan.layout.gateways.len(),
         file.map.partition_count(),
+        file.replicas,
         plan.dir.display()
     );
     out.push_str(&format!(
@@ -742,7 +777,7 @@ async fn run_cluster(args: LocalArgs, layout: Layout) -> Result<bool, String> {
     std::fs::create_dir_all(dir.join("logs"))
         .map_err(|e| format!("cannot create {}/logs: {e}", dir.display()))?;
     let cluster = dir.join("cluster.toml");
-    let file = settle_cluster(&cluster, &layout, args.partitions)?;
+    let file = settle_cluster(&cluster, &layout, args.partitions, args.replicas)?;
     let (token, source) = settle_token(args.admin_token.as_deref(), &dir)?;
     let program = std::env::current_exe().map_err(|e| format!("cannot find this binary: {e}"))?;
     let plan = Plan {
@@ -821,6 +856,7 @@ mod tests {
             data_dir: PathBuf::from("unused"),
             base_port,
             partitions: None,
+            replicas: 1,
             host: "127.0.0.1".into(),
             region: "us-east-1".into(),
             admin_token: None,
@@ -893,11 +929,11 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("cluster.toml");
         let l = layout(&args(9000, 2, 3)).expect("layout");
-        let made = settle_cluster(&path, &l, Some(4)).expect("init");
+        let made = settle_cluster(&path, &l, Some(4), 1).expect("init");
         assert_eq!((made.nodes.len(), made.map.partition_count()), (3, 4));
         let secret = made.read_secret().expect("secret");
 
-        let again = settle_cluster(&path, &l, None).expect("reuse");
+        let again = settle_cluster(&path, &l, None, 1).expect("reuse");
         assert_eq!(
             again.map.partition_count(),
             4,
@@ -905,17 +941,70 @@ mod tests {
         );
         assert_eq!(again.read_secret().expect("secret"), secret);
 
-        let err = settle_cluster(&path, &l, Some(8)).expect_err("partitions");
+        let err = settle_cluster(&path, &l, Some(8), 1).expect_err("partitions");
         assert!(err.contains("has 4 partitions"), "{err}");
-        let err =
-            settle_cluster(&path, &layout(&args(9000, 2, 4)).expect("l"), None).expect_err("count");
+        let err = settle_cluster(&path, &layout(&args(9000, 2, 4)).expect("l"), None, 1)
+            .expect_err("count");
         assert!(
             err.contains("has 3 store nodes, --store-nodes is 4"),
             "{err}"
         );
-        let err =
-            settle_cluster(&path, &layout(&args(9100, 2, 3)).expect("l"), None).expect_err("ports");
+        let err = settle_cluster(&path, &layout(&args(9100, 2, 3)).expect("l"), None, 1)
+            .expect_err("ports");
         assert!(err.contains("puts store-1 at 127.0.0.1:9004"), "{err}");
+        let err = settle_cluster(&path, &l, None, 3).expect_err("replicas");
+        assert!(
+            err.contains("has 1 replicas") && err.contains("--replicas is 3"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn replicas_are_one_or_three_and_three_need_three_store_nodes() {
+        let with = |replicas, store_nodes| {
+            let mut a = args(9000, 2, store_nodes);
+            a.replicas = replicas;
+            layout(&a)
+        };
+        assert!(with(1, 1).is_ok());
+        assert!(with(3, 3).is_ok());
+        assert!(with(3, 5).is_ok());
+        for bad in [0, 2, 4, 5] {
+            let err = with(bad, 5).expect_err("not 1 or 3");
+            assert!(
+                err.contains(&format!("--replicas {bad} is not supported")),
+                "{err}"
+            );
+        }
+        let err = with(3, 2).expect_err("too few nodes");
+        assert!(
+            err.contains("--replicas 3 needs at least 3 store nodes, --store-nodes is 2"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_three_replica_cluster_file_places_each_partition_on_three_nodes_and_is_reused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("cluster.toml");
+        let l = layout(&args(9000, 2, 3)).expect("layout");
+        let made = settle_cluster(&path, &l, Some(4), 3).expect("init");
+        assert_eq!(made.replicas, 3);
+        assert_eq!(made.map.catalog().len(), 3);
+        assert!(
+            made.map
+                .partitions()
+                .all(|p| made.map.replicas(p).len() == 3)
+        );
+        assert_eq!(
+            settle_cluster(&path, &l, None, 3).expect("reuse").replicas,
+            3
+        );
+        let err = settle_cluster(&path, &l, None, 1).expect_err("replicas");
+        assert!(
+            err.contains("has 3 replicas") && err.contains("pass --replicas 3"),
+            "{err}"
+        );
     }
 
     #[test]
