@@ -27,9 +27,9 @@ import uuid
 from pathlib import Path
 
 import pytest
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
-from cluster_util import RPC_DEADLINE_S, free_port_block, poll, s3_client
+from cluster_util import free_port_block, poll, s3_client
 from conftest import ACCESS_KEY, ADMIN_TOKEN, REPO_ROOT, SECRET_KEY, aws_cli_env, unique_bucket_name
 from s3util import run_or_fail, tags_dict
 from test_container import image  # noqa: F401  (the fixture: builds laneway:local, skips without Docker)
@@ -37,7 +37,6 @@ from test_container import image  # noqa: F401  (the fixture: builds laneway:loc
 COMPOSE_FILE = REPO_ROOT / "docker-compose.yml"
 HEALTHY_TIMEOUT_S = 180.0
 MIB = 1024 * 1024
-DEADLINE_MARGIN_S = 3.0
 
 
 def compose_command() -> list[str]:
@@ -171,28 +170,61 @@ def outcome(fn) -> tuple[str, float]:
     return code, time.monotonic() - start
 
 
-def test_a_stopped_store_container_fails_only_its_keys(project):
+# A store container stopped: its groups elect new leaders among the other
+# two (an election timeout of 1-2 s plus a round), and the gateways find
+# them. Calls made meanwhile may answer 503; none may fail otherwise.
+FAILOVER_S = 30.0
+
+
+def all_served(clients, bucket: str, objects: dict[str, bytes]) -> bool:
+    """Every object reads back byte-exact through both gateways, and a
+    LIST finds each of them."""
+    for i, (key, body) in enumerate(objects.items()):
+        try:
+            if clients[i % 2].get_object(Bucket=bucket, Key=key)["Body"].read() != body:
+                return False
+        except (ClientError, BotoCoreError):
+            return False
+    try:
+        listed = clients[0].list_objects_v2(Bucket=bucket).get("Contents", [])
+    except (ClientError, BotoCoreError):
+        return False
+    return {o["Key"] for o in listed} == set(objects)
+
+
+def put_eventually(client, bucket: str, key: str, body: bytes) -> None:
+    """PUT until acknowledged (a 503 during an election is retried)."""
+    def attempt():
+        code, _ = outcome(lambda: client.put_object(Bucket=bucket, Key=key, Body=body))
+        assert code in ("OK", "ServiceUnavailable", "SlowDown", "InternalError"), (key, code)
+        return code == "OK"
+    poll(attempt, FAILOVER_S, interval=0.5, what=f"PUT {key} acknowledged")
+
+
+@pytest.mark.parametrize("stopped", ["store-1", "store-3"])
+def test_a_stopped_store_container_leaves_every_object_readable_and_writable(project, stopped):
+    """Three replicas (the compose default): with any one store node down,
+    every object stays readable and writable through both gateways, and
+    nothing is lost when it comes back. store-1 is the first catalog
+    replica (the one that started its groups' first elections)."""
     clients = [s3_client(project.endpoint(g), ACCESS_KEY, SECRET_KEY) for g in (0, 1)]
     bucket = unique_bucket_name("compose-stop")
     clients[0].create_bucket(Bucket=bucket)
     objects = {f"k/{i:02d}": os.urandom(512 + i) for i in range(32)}
+    objects["big"] = os.urandom(3 * MIB)
     for i, (key, body) in enumerate(objects.items()):
         clients[i % 2].put_object(Bucket=bucket, Key=key, Body=body)
-    # store-2: the catalog (buckets, tenants) is on store-1.
-    project.run("stop", "--timeout", "30", "store-2")
-    results = {k: outcome(lambda k=k: clients[1].get_object(Bucket=bucket, Key=k)["Body"].read()) for k in objects}
-    codes = {k: c for k, (c, _) in results.items()}
-    assert set(codes.values()) == {"OK", "ServiceUnavailable"}, codes
-    late = {k: round(t, 2) for k, (c, t) in results.items() if c != "OK" and t > RPC_DEADLINE_S + DEADLINE_MARGIN_S}
-    assert not late, f"503s later than the deadline: {late}"
-    listed, took = outcome(lambda: clients[0].list_objects_v2(Bucket=bucket))
-    assert listed == "ServiceUnavailable" and took <= RPC_DEADLINE_S + DEADLINE_MARGIN_S, (listed, took)
 
-    project.run("start", "store-2")
-    project.wait_healthy("store-2")
-    down = sorted(k for k, c in codes.items() if c != "OK")
-    poll(lambda: all(outcome(lambda k=k: clients[0].head_object(Bucket=bucket, Key=k))[0] == "OK" for k in down),
-         60, interval=0.5, what="store-2's keys served again")
-    for key, body in objects.items():
-        assert clients[0].get_object(Bucket=bucket, Key=key)["Body"].read() == body, key
-    assert len(clients[1].list_objects_v2(Bucket=bucket)["Contents"]) == len(objects)
+    project.run("stop", "--timeout", "30", stopped)
+    poll(lambda: all_served(clients, bucket, objects), FAILOVER_S, interval=0.5,
+         what=f"every object served with {stopped} down")
+    fresh = {f"while-down/{i:02d}": os.urandom(700 + i) for i in range(16)}
+    for i, (key, body) in enumerate(fresh.items()):
+        put_eventually(clients[i % 2], bucket, key, body)
+    objects.update(fresh)
+    assert all_served(clients, bucket, objects)
+
+    project.run("start", stopped)
+    project.wait_healthy(stopped)
+    poll(lambda: all_served(clients, bucket, objects), FAILOVER_S, interval=0.5,
+         what=f"every object served after {stopped} came back")

@@ -53,16 +53,9 @@ from cluster_util import LocalCluster, pid_alive, poll, s3_client
 from conftest import ACCESS_KEY, ADMIN_TOKEN, SECRET_KEY, unique_bucket_name
 from lincheck import DELETE, GET, PUT, Op
 
-# Store nodes do not replicate yet: the groups run inside the store
-# (replica/tests/store_groups.rs) but `laneway store` does not start them,
-# and `cluster local` has no --replicas until it does (docs/replication.md,
-# "Not built yet"). These tests are the acceptance gate for that step.
-pytestmark = [
-    pytest.mark.skip(reason="replication is not wired into store nodes yet (issue 13; docs/replication.md)"),
-    pytest.mark.skipif(
-        bool(os.environ.get("LANEWAY_ENDPOINT")), reason="starts its own cluster; not with LANEWAY_ENDPOINT"
-    ),
-]
+pytestmark = pytest.mark.skipif(
+    bool(os.environ.get("LANEWAY_ENDPOINT")), reason="starts its own cluster; not with LANEWAY_ENDPOINT"
+)
 
 KEYS = 40
 THREADS = 6  # three per gateway

@@ -14,8 +14,10 @@ use tracing_subscriber::EnvFilter;
 /// Default log filter: our own crates at info; s3s's per-request error
 /// logs (every 404 would be an ERROR line) are silenced, since the gateway
 /// logs what matters itself; the engines' per-tree chatter is kept to
-/// warnings.
-const DEFAULT_LOG: &str = "info,s3s=off,hyper=warn,fjall=warn,lsm_tree=warn,sled=warn";
+/// warnings, and openraft's to errors (its warnings are the routine of
+/// elections: stale votes ignored, peers not reached while they start).
+const DEFAULT_LOG: &str =
+    "info,s3s=off,hyper=warn,fjall=warn,lsm_tree=warn,sled=warn,openraft=error";
 
 fn init_tracing(filter: Option<&str>) {
     let filter = filter

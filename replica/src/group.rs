@@ -210,13 +210,23 @@ pub struct GroupSpec {
     pub members: BTreeMap<NodeId, BasicNode>,
 }
 
-/// Starts the group of each partition a store opens: its log in
+/// The partition id the catalog's group goes by in a [`RaftOpener`]'s
+/// `network` and `started` (its transport group is
+/// [`crate::net::CATALOG_GROUP`], the same number).
+pub const CATALOG_PARTITION: PartitionId = PartitionId(crate::net::CATALOG_GROUP);
+
+/// Starts the group of each partition a store opens (its log in
 /// `<partition>/raft/log`, its state machine over the partition's own
-/// index and volumes.
+/// index and volumes), and the catalog's group where this node holds a
+/// replica of it (its log in `catalog-raft/log`, snapshots on: the
+/// catalog has no volumes, so its snapshots are whole).
 pub struct RaftOpener<N> {
     /// The group's members, per partition.
     pub spec: Box<dyn Fn(PartitionId) -> GroupSpec + Send + Sync>,
-    /// The transport of one partition's group.
+    /// The catalog group's members, if this node is one of them.
+    pub catalog: Option<GroupSpec>,
+    /// The transport of one partition's group (of the catalog's for
+    /// [`CATALOG_PARTITION`]).
     pub network: Box<dyn Fn(PartitionId) -> N + Send + Sync>,
     /// Called with each started group (the transport's receiving side
     /// registers it here).
@@ -237,30 +247,75 @@ where
         dir: &Path,
     ) -> StoreResult<Arc<dyn Group>> {
         let spec = (self.spec)(partition);
-        let log: Arc<dyn MetaIndex> = Arc::from(open_index(Engine::Fjall, &dir.join("log"))?);
-        let machine =
-            PartitionMachine::open_with(index, Some(Arc::clone(&volumes)), &dir.join("snapshots"))
-                .map_err(|e| StoreError::Engine(format!("{partition} state machine: {e}")))?;
         let config = store_group_config(&partition.to_string())
             .map_err(|e| StoreError::Engine(e.to_string()))?;
-        let network = (self.network)(partition);
-        let raft = self
-            .handle
-            .block_on(launch(
-                config,
-                spec.me,
-                spec.members,
-                network,
-                LogStore::new(log),
-                machine,
-                |raft| (self.started)(partition, raft.clone()),
-            ))
-            .map_err(|e| StoreError::Unavailable(format!("{partition} group: {e}")))?;
+        let raft = self.start(
+            partition,
+            spec,
+            config,
+            index,
+            Some(Arc::clone(&volumes)),
+            dir,
+        )?;
         watch_leadership(&self.handle, raft.clone(), volumes);
         Ok(Arc::new(RaftGroup {
             raft,
             handle: self.handle.clone(),
         }))
+    }
+
+    fn open_catalog(
+        &self,
+        index: Arc<dyn MetaIndex>,
+        dir: &Path,
+    ) -> StoreResult<Option<Arc<dyn Group>>> {
+        let Some(spec) = self.catalog.clone() else {
+            return Ok(None);
+        };
+        let config =
+            crate::net::group_config("catalog").map_err(|e| StoreError::Engine(e.to_string()))?;
+        let raft = self.start(CATALOG_PARTITION, spec, config, index, None, dir)?;
+        Ok(Some(Arc::new(RaftGroup {
+            raft,
+            handle: self.handle.clone(),
+        })))
+    }
+}
+
+impl<N> RaftOpener<N>
+where
+    N: RaftNetworkFactory<TypeConfig> + Send + Sync + 'static,
+{
+    /// Start this node's replica of the group `id` names: its log in
+    /// `dir/log`, its state machine over `index` (and `volumes`).
+    fn start(
+        &self,
+        id: PartitionId,
+        spec: GroupSpec,
+        config: Arc<openraft::Config>,
+        index: Arc<dyn MetaIndex>,
+        volumes: Option<Arc<VolumeSet>>,
+        dir: &Path,
+    ) -> StoreResult<PartitionRaft> {
+        let what = if id == CATALOG_PARTITION {
+            "the catalog".to_string()
+        } else {
+            id.to_string()
+        };
+        let log: Arc<dyn MetaIndex> = Arc::from(open_index(Engine::Fjall, &dir.join("log"))?);
+        let machine = PartitionMachine::open_with(index, volumes, &dir.join("snapshots"))
+            .map_err(|e| StoreError::Engine(format!("{what} state machine: {e}")))?;
+        self.handle
+            .block_on(launch(
+                config,
+                spec.me,
+                spec.members,
+                (self.network)(id),
+                LogStore::new(log),
+                machine,
+                |raft| (self.started)(id, raft.clone()),
+            ))
+            .map_err(|e| StoreError::Unavailable(format!("{what} group: {e}")))
     }
 }
 
@@ -280,17 +335,22 @@ where
 /// lowest-numbered member is not up, a new group has no leader until it
 /// is.
 ///
-/// Not handled: the first member losing its disk. It then restarts empty
-/// and initializes again, with the same members, proposing term 1 from an
-/// empty log; the others, at a higher term with longer logs, refuse it
-/// and their leader overwrites it, so no second history appears while
-/// they are up. But a replica that lost its disk has also forgotten its
-/// vote and the entries it acknowledged: it can vote twice in one term,
-/// and a write that it helped commit may then rest on a single survivor.
-/// The safe path is to bring it back as a new replica through a
-/// membership change (remove it, add it as a learner, promote), which is
-/// the placement work still to come; until then a node with a lost disk
-/// must not be restarted under its old id.
+/// The first member that lost its disk restarts empty, like a member of
+/// a new group. Before it initializes it therefore waits
+/// [`INIT_GRACE`] for a leader to reach it: in a group that exists, the
+/// leader's next heartbeat (every 250 ms) finds it, it joins as a
+/// follower with an empty log and catches up, and it never initializes.
+/// Only when no leader speaks within the grace (a new cluster, or a group
+/// with no quorum up) does it initialize; in the second case the others,
+/// at a higher term with longer logs, refuse its term-1 candidacy and
+/// their leader overwrites its one entry once they are back, so no
+/// second history appears. Not handled by this: a replica that lost its
+/// disk has forgotten its vote and the entries it acknowledged, so it can
+/// vote twice in one term, and a write it helped commit may then rest on
+/// one survivor until the log reaches it again. The safe path is to bring
+/// it back as a new replica through a membership change (remove, add as
+/// a learner, promote), which is the placement work still to come
+/// (docs/replication.md).
 pub async fn launch<N>(
     config: Arc<openraft::Config>,
     me: NodeId,
@@ -308,12 +368,39 @@ where
         .map_err(|e| ReplicaError::Raft(e.to_string()))?;
     reachable(&raft);
     if members.keys().next() == Some(&me)
-        && let Err(e) = initialize_once(&raft, members).await
+        && let Err(e) = initialize_after_grace(&raft, members).await
     {
         let _ = raft.shutdown().await;
         return Err(e);
     }
     Ok(raft)
+}
+
+/// How long the first member of a group with an empty log waits for a
+/// leader of an existing group to reach it before it initializes a new
+/// one: six heartbeat intervals of [`crate::net::group_config`].
+pub const INIT_GRACE: Duration = Duration::from_millis(1500);
+
+/// [`initialize_once`], after waiting up to [`INIT_GRACE`] for a leader
+/// to reach this replica if its log and vote are empty ([`launch`] says
+/// why).
+async fn initialize_after_grace(
+    raft: &PartitionRaft,
+    members: BTreeMap<NodeId, BasicNode>,
+) -> ReplicaResult<()> {
+    let initialized = raft
+        .is_initialized()
+        .await
+        .map_err(|e| ReplicaError::Raft(e.to_string()))?;
+    if initialized {
+        return Ok(());
+    }
+    let mut rx = raft.metrics();
+    let led = tokio::time::timeout(INIT_GRACE, rx.wait_for(|m| m.current_leader.is_some())).await;
+    if matches!(led, Ok(Ok(_))) {
+        return Ok(());
+    }
+    initialize_once(raft, members).await
 }
 
 /// Initialize `raft` with `members` unless its log or vote says the group

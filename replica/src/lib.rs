@@ -17,6 +17,9 @@
 //!   peer's one HTTP/2 connection, a [`net::RaftService`] routes incoming
 //!   messages to the node's groups, and [`net::start_group`] starts a
 //!   replica and initialises a new group exactly once.
+//! - [`group`]: a partition's group as the store's `Group` seam sees it,
+//!   and the opener that starts one per hosted partition and the catalog.
+//! - [`node`]: a store node's groups wired from the cluster file.
 //!
 //! [`open_group`] opens both halves of one replica from a directory.
 
@@ -26,6 +29,7 @@ pub mod log_store;
 pub mod machine;
 pub mod memnet;
 pub mod net;
+pub mod node;
 pub mod snapshot;
 pub mod types;
 

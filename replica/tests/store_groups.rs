@@ -166,6 +166,7 @@ fn open_store(
 ) -> Arc<Store> {
     let (net, started) = (Arc::clone(routers), Arc::clone(routers));
     let opener = RaftOpener {
+        catalog: None,
         spec: Box::new(move |_| GroupSpec {
             me,
             members: members(),

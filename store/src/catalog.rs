@@ -13,14 +13,24 @@
 //! change by compare-and-swap on their version, so several writers (the
 //! gateways of a cluster, through the store node that holds the catalog)
 //! never lose each other's change. The tenant registry is one.
+//!
+//! Replicated (a cluster with three replicas): the catalog is a group of
+//! its own ([`crate::replication::GroupOpener::open_catalog`]). A write
+//! then first settles (this replica leads and has applied its whole log,
+//! so the read-modify-write reads the latest state), and its batch
+//! commits through the group, whose state machine writes it on every
+//! replica. Calls that block on the group run on blocking threads (the
+//! store node puts them there).
 
 use crate::error::{StoreError, StoreResult};
 use crate::ids::{BucketId, TenantId};
 use crate::index::{Engine, MetaIndex, WriteBatch, open_index};
 use crate::record::{FORMAT_V1, Tag};
+use crate::replication::{Group, Replication};
 use crate::store::BucketInfo;
 use parking_lot::Mutex;
 use std::path::Path;
+use std::sync::Arc;
 
 const BUCKET_TAG: u8 = b'b';
 const DOC_TAG: u8 = b'd';
@@ -30,7 +40,9 @@ const NEXT_ID_KEY: &[u8] = b"#next-bucket-id";
 
 /// The bucket catalog.
 pub struct Catalog {
-    index: Box<dyn MetaIndex>,
+    index: Arc<dyn MetaIndex>,
+    /// The catalog's replication group, when it has one.
+    group: Option<Arc<dyn Group>>,
     /// Serialises read-modify-write of bucket rows and the id counter.
     write_lock: Mutex<()>,
 }
@@ -78,14 +90,39 @@ fn now_ms() -> i64 {
 }
 
 impl Catalog {
-    /// Open the catalog under `dir/catalog`.
-    pub fn open(dir: &Path, engine: Engine) -> StoreResult<Catalog> {
+    /// Open the catalog under `dir/catalog`; with `groups`, as this
+    /// node's replica of the catalog group when the opener gives it one
+    /// (its log and snapshots under `dir/catalog-raft`).
+    pub fn open(dir: &Path, engine: Engine, groups: Option<&Replication>) -> StoreResult<Catalog> {
         let path = dir.join("catalog");
         std::fs::create_dir_all(&path)?;
+        let index: Arc<dyn MetaIndex> = Arc::from(open_index(engine, &path)?);
+        let group = match groups {
+            Some(r) => r
+                .0
+                .open_catalog(Arc::clone(&index), &dir.join("catalog-raft"))?,
+            None => None,
+        };
         Ok(Catalog {
-            index: open_index(engine, &path)?,
+            index,
+            group,
             write_lock: Mutex::new(()),
         })
+    }
+
+    /// The catalog's replication group, if it has one.
+    pub fn group(&self) -> Option<&Arc<dyn Group>> {
+        self.group.as_ref()
+    }
+
+    /// Before a write reads what it changes: a replicated catalog waits
+    /// until this replica leads and has applied its whole log. Called
+    /// under the write lock.
+    fn settle(&self) -> StoreResult<()> {
+        match &self.group {
+            Some(g) => g.settle(),
+            None => Ok(()),
+        }
     }
 
     /// The bucket `name` of `tenant`, if it exists.
@@ -99,6 +136,7 @@ impl Catalog {
     /// Create a bucket; BucketAlreadyOwnedByYou when the tenant has it.
     pub fn create(&self, tenant: &TenantId, name: &str, region: &str) -> StoreResult<BucketInfo> {
         let _guard = self.write_lock.lock();
+        self.settle()?;
         if self.get(tenant, name)?.is_some() {
             return Err(StoreError::BucketAlreadyOwnedByYou);
         }
@@ -132,6 +170,9 @@ impl Catalog {
     }
 
     fn commit(&self, batch: WriteBatch) -> StoreResult<()> {
+        if let Some(g) = &self.group {
+            return g.commit(batch);
+        }
         self.index.write(batch)?;
         self.index.sync()
     }
@@ -139,6 +180,7 @@ impl Catalog {
     /// Remove a bucket row (the caller has checked it is empty).
     pub fn delete(&self, tenant: &TenantId, name: &str) -> StoreResult<()> {
         let _guard = self.write_lock.lock();
+        self.settle()?;
         if self.get(tenant, name)?.is_none() {
             return Err(StoreError::NoSuchBucket);
         }
@@ -150,6 +192,7 @@ impl Catalog {
     /// Replace a bucket's tag set (empty = remove).
     pub fn set_tags(&self, tenant: &TenantId, name: &str, tags: Vec<Tag>) -> StoreResult<()> {
         let _guard = self.write_lock.lock();
+        self.settle()?;
         let mut info = self.get(tenant, name)?.ok_or(StoreError::NoSuchBucket)?;
         info.tags = tags;
         let mut batch = WriteBatch::default();
@@ -211,6 +254,7 @@ impl Catalog {
             )));
         }
         let _guard = self.write_lock.lock();
+        self.settle()?;
         let current = self.doc(name)?.map_or(0, |(v, _)| v);
         if current != expected {
             return Err(StoreError::PreconditionFailed);
@@ -239,7 +283,7 @@ mod tests {
     #[test]
     fn buckets_are_namespaced_by_tenant() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let c = Catalog::open(dir.path(), Engine::Fjall).expect("open");
+        let c = Catalog::open(dir.path(), Engine::Fjall, None).expect("open");
         let a = TenantId("a".into());
         let b = TenantId("b".into());
         let ad = c.create(&a, "data", "us-east-1").expect("a data");
@@ -268,7 +312,7 @@ mod tests {
     #[test]
     fn documents_change_by_compare_and_swap() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let c = Catalog::open(dir.path(), Engine::Fjall).expect("open");
+        let c = Catalog::open(dir.path(), Engine::Fjall, None).expect("open");
         assert_eq!(c.doc("tenants").expect("doc"), None);
         assert!(matches!(
             c.put_doc("tenants", 1, b"x"),
@@ -286,7 +330,7 @@ mod tests {
         c.create(&t, "tenants", "r").expect("bucket");
         assert_eq!(c.list(&t).expect("list").len(), 1);
         drop(c);
-        let c = Catalog::open(dir.path(), Engine::Fjall).expect("reopen");
+        let c = Catalog::open(dir.path(), Engine::Fjall, None).expect("reopen");
         assert_eq!(c.doc("tenants").expect("doc"), Some((2, b"two".to_vec())));
     }
 }

@@ -116,6 +116,16 @@ pub trait GroupOpener: Send + Sync {
         volumes: Arc<VolumeSet>,
         dir: &Path,
     ) -> StoreResult<Arc<dyn Group>>;
+
+    /// The catalog's group at this node, whose state machine writes
+    /// `index` (no volumes); its own files go under `dir`. `None` when this
+    /// node holds no replica of the catalog (its local catalog is then
+    /// never served).
+    fn open_catalog(
+        &self,
+        index: Arc<dyn MetaIndex>,
+        dir: &Path,
+    ) -> StoreResult<Option<Arc<dyn Group>>>;
 }
 
 /// A [`GroupOpener`] in a [`StoreConfig`](crate::StoreConfig) (which is

@@ -153,7 +153,7 @@ impl Store {
     /// Open (creating on first use) the store in `dir`.
     pub fn open(dir: &Path, cfg: StoreConfig) -> StoreResult<Arc<Store>> {
         let layout = crate::layout::Layout::open_or_create(dir, &cfg)?;
-        let catalog = Catalog::open(dir, layout.engine)?;
+        let catalog = Catalog::open(dir, layout.engine, cfg.groups.as_ref())?;
         let space = Arc::new(crate::space::Space::open(dir, cfg.disk_reserve)?);
         let cfg = StoreConfig {
             segment_max: space.segment_cap(cfg.segment_max),
@@ -316,6 +316,11 @@ impl Store {
     ) -> StoreResult<()> {
         self.space.admit(0)?;
         self.catalog.set_tags(tenant, name, tags)
+    }
+
+    /// The catalog's replication group at this node, if replicated.
+    pub fn catalog_group(&self) -> Option<&Arc<dyn crate::replication::Group>> {
+        self.catalog.group()
     }
 
     /// Catalog document `name` and its version ([`Catalog::doc`]).
@@ -584,6 +589,9 @@ impl Store {
     pub fn shutdown(&self) {
         for p in &self.partitions {
             p.shutdown();
+        }
+        if let Some(g) = self.catalog.group() {
+            g.shutdown();
         }
         self.catalog.sync().ok();
     }

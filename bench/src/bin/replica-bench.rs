@@ -136,6 +136,7 @@ fn rf3(args: &Args, rt: &tokio::runtime::Runtime) -> BenchResult<Setup> {
         let peers = Arc::new(Peers::new(signer()));
         let members = members.clone();
         let opener = RaftOpener {
+            catalog: None,
             spec: Box::new(move |_| GroupSpec {
                 me,
                 members: members.clone(),

@@ -3,7 +3,8 @@
 //! version 1, a random secret beside it) and print a checked one.
 //! `laneway cluster local` ([`super::local`]) runs a whole cluster of
 //! local processes; `laneway cluster ping` ([`super::ping`]) calls one
-//! store node once.
+//! store node once; `laneway cluster status` ([`super::status`]) shows
+//! every replication group.
 //!
 //! Nodes are given one by one (`--node ID=HOST:PORT`, repeatable) or as a
 //! local range (`--store-nodes N --base-port P`: `store-1` on P,
@@ -39,6 +40,9 @@ pub enum ClusterCmd {
     Local(super::local::LocalArgs),
     /// Call one store node (a signed RPC `ping`): exit 0 when it answers.
     Ping(super::ping::PingArgs),
+    /// Every replication group's leader, replicas, log index, lag and
+    /// health (a table, or JSON with --json): exit 0 when all are ok.
+    Status(super::status::StatusArgs),
 }
 
 /// Flags of `laneway cluster init`.
@@ -81,6 +85,7 @@ pub fn run(args: ClusterArgs) -> ExitCode {
         ClusterCmd::Init(init) => run_init(init),
         ClusterCmd::Local(local) => super::local::run(local),
         ClusterCmd::Ping(ping) => super::ping::run(ping),
+        ClusterCmd::Status(status) => super::status::run(status),
         ClusterCmd::Show { file } => show(&file, None),
     }
 }

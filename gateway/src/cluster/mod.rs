@@ -3,11 +3,13 @@
 //! file (laneway-store's `cluster` module owns its format and the
 //! partition map); `laneway cluster local` ([`local`]), a whole cluster of
 //! local child processes; `laneway cluster ping` ([`ping`]), one signed
-//! call to a store node (the compose health check).
+//! call to a store node (the compose health check); `laneway cluster
+//! status` ([`status`]), every replication group's state.
 
 pub mod cli;
 pub mod local;
 pub mod ping;
+pub mod status;
 
 /// The single-threaded runtime a cluster command runs its calls on.
 fn runtime() -> Result<tokio::runtime::Runtime, String> {

@@ -4,11 +4,20 @@
 //! then answers the cluster RPC until SIGTERM or Ctrl-C, and syncs and
 //! closes the store.
 //!
+//! With `replicas = 3` in the cluster file, every partition the map gives
+//! this node, and the catalog when the map lists the node among its
+//! replicas, is this node's replica of a Raft group
+//! (`laneway_replica::node`): the groups' messages arrive on the same
+//! port as the store calls, and a replica that does not lead a group
+//! refuses that group's calls with a hint to the leader.
+//!
 //! Startup prints one line on stdout once the RPC port is bound and the
 //! store open: `laneway store node ID listening on rpc://ADDR`.
 
 use clap::Args;
 use laneway_store::cluster::{FileMapSource, MapSource, NodeId};
+use laneway_replica::net::Split;
+use laneway_replica::node::NodeReplication;
 use laneway_store::node::NodeService;
 use laneway_store::node::lanes::NodeLanes;
 use laneway_store::remote::RemoteStore;
@@ -93,12 +102,10 @@ pub async fn run(args: StoreArgs) -> Result<(), NodeError> {
             addr: args.listen.clone(),
             source,
         })?;
-    let store = open_store(&args, &map_source, &node).await?;
-    store.start_compactor(
-        std::time::Duration::from_secs(300),
-        0.5,
-        std::time::Duration::from_secs(168 * 3600),
-    );
+    let replication = replication_of(&file, &node, &secret)?;
+    let groups = replication.as_ref().map(|r| r.opener.clone());
+    let store = open_store(&args, &map_source, &node, groups).await?;
+    start_compactor(&store, replication.is_some());
     let map: Arc<dyn MapSource> = map_source.clone();
     let cluster = RemoteStore::new(&file, Arc::clone(&map), CallOptions::default())?;
     let node_lanes = NodeLanes::new(laneway_store::node::lanes::node_lanes_config());
@@ -110,9 +117,16 @@ pub async fn run(args: StoreArgs) -> Result<(), NodeError> {
         node_lanes,
         Arc::new(cluster),
     );
+    let handler: Arc<dyn laneway_store::rpc::Handler> = match &replication {
+        Some(r) => Arc::new(Split {
+            raft: Arc::clone(&r.service),
+            rest: Arc::new(service),
+        }),
+        None => Arc::new(service),
+    };
     let server = RpcServer::start(
         listener,
-        Arc::new(service),
+        handler,
         Signer::new(&secret),
         ServerOptions::default(),
     )
@@ -130,6 +144,38 @@ pub async fn run(args: StoreArgs) -> Result<(), NodeError> {
     Ok(())
 }
 
+/// The node's groups when the cluster replicates (`replicas` above 1).
+fn replication_of(
+    file: &laneway_store::cluster::ClusterFile,
+    node: &NodeId,
+    secret: &[u8],
+) -> Result<Option<NodeReplication>, NodeError> {
+    if file.replicas <= 1 {
+        return Ok(None);
+    }
+    let handle = tokio::runtime::Handle::current();
+    NodeReplication::new(file, node, secret, handle)
+        .map(Some)
+        .map_err(cfg_err)
+}
+
+/// Compaction of unreplicated nodes (every 5 minutes, segments at least
+/// half dead, blobs a week old). A replicated partition's volumes must
+/// stay byte-identical on its replicas, so a replica never rewrites its
+/// segments on its own: compaction of replicated partitions, as a logged
+/// step of the group, is not built yet (docs/replication.md).
+fn start_compactor(store: &Arc<Store>, replicated: bool) {
+    if replicated {
+        tracing::info!("replicated partitions: volume compaction is off");
+        return;
+    }
+    store.start_compactor(
+        std::time::Duration::from_secs(300),
+        0.5,
+        std::time::Duration::from_secs(168 * 3600),
+    );
+}
+
 fn cfg_err(e: impl std::fmt::Display) -> NodeError {
     NodeError::Config(e.to_string())
 }
@@ -139,6 +185,7 @@ async fn open_store(
     args: &StoreArgs,
     map: &FileMapSource,
     node: &NodeId,
+    groups: Option<laneway_store::replication::Replication>,
 ) -> Result<Arc<Store>, NodeError> {
     let current = map.current();
     let hosted = current.hosted_by(node);
@@ -155,13 +202,14 @@ async fn open_store(
         disk_reserve,
         index_memory,
         hosted: Some(hosted.clone()),
+        groups,
         ..StoreConfig::default()
     };
     let dir = args.data_dir.clone();
     std::fs::create_dir_all(&dir)
         .map_err(|e| NodeError::Config(format!("cannot create {}: {e}", dir.display())))?;
     let store = tokio::task::spawn_blocking(move || Store::open(&dir, cfg)).await??;
-    tracing::info!(node = %node, partitions = hosted.len(), catalog = current.catalog().first() == Some(node),
+    tracing::info!(node = %node, partitions = hosted.len(), catalog = current.catalog().contains(node),
         "store node open");
     Ok(store)
 }

@@ -152,7 +152,11 @@ impl Inner {
                 let p = crate::hash::partition_of(bucket, key.as_bytes(), count);
                 self.lead(p, call.is_read()).await
             }
-            Route::Catalog | Route::Named => Ok(()),
+            Route::Catalog => match self.store.catalog_group() {
+                Some(group) => leads(group.as_ref(), call.is_read()).await,
+                None => Ok(()),
+            },
+            Route::Named => Ok(()),
         }
     }
 
@@ -163,22 +167,14 @@ impl Inner {
     /// leads (its commit then goes through the group, which refuses it if
     /// leadership moved meanwhile). `NotHosted` when `p` is not here.
     pub(crate) async fn lead(&self, p: crate::ids::PartitionId, read: bool) -> StoreResult<()> {
-        let Some(group) = self.store.partition(p)?.group() else {
-            return Ok(());
-        };
-        if read {
-            return group.read_barrier().await;
-        }
-        let status = group.status();
-        if status.leader == Some(status.me) {
-            Ok(())
-        } else {
-            Err(StoreError::NotLeader(status.leader))
+        match self.store.partition(p)?.group() {
+            Some(group) => leads(group.as_ref(), read).await,
+            None => Ok(()),
         }
     }
 
     fn hosts_catalog(&self) -> bool {
-        self.map.current().catalog().first() == Some(&self.node)
+        self.map.current().catalog().contains(&self.node)
     }
 
     /// Run one call on the local store.
@@ -186,19 +182,21 @@ impl Inner {
         let s = &self.store;
         match call {
             Call::Ping => reply(&()),
-            Call::CreateBucket {
-                tenant,
-                name,
-                region,
-            } => reply(&s.create_bucket(&tenant, &name, &region)?),
-            Call::Bucket { tenant, name } => reply(&s.bucket(&tenant, &name)?),
-            Call::ListBuckets { tenant } => reply(&s.list_buckets(&tenant)?),
-            Call::SetBucketTags { tenant, name, tags } => {
-                reply(&s.set_bucket_tags(&tenant, &name, tags)?)
+            Call::Groups => reply(&self.groups()),
+            call @ (Call::CreateBucket { .. }
+            | Call::Bucket { .. }
+            | Call::ListBuckets { .. }
+            | Call::SetBucketTags { .. }
+            | Call::DropBucket { .. }
+            | Call::CatalogDoc { .. }
+            | Call::PutCatalogDoc { .. }) => {
+                let store = Arc::clone(s);
+                tokio::task::spawn_blocking(move || catalog_call(&store, call))
+                    .await
+                    .map_err(|e| StoreError::Engine(format!("catalog task: {e}")))?
             }
             Call::SealBucket { bucket } => reply(&s.seal_bucket(bucket).await?),
             Call::ReviveBucket { bucket } => reply(&s.revive_bucket(bucket).await),
-            Call::DropBucket { tenant, name } => reply(&s.drop_bucket_record(&tenant, &name)?),
             Call::BucketUsage { bucket } => reply(&s.bucket_usage(bucket)?),
             Call::BucketPending { bucket } => reply(&s.bucket_pending(bucket)?),
             Call::ListRuns {
@@ -209,12 +207,6 @@ impl Inner {
             Call::ListMultipartUploads { bucket, query } => {
                 reply(&s.list_multipart_uploads(&bucket, &query)?)
             }
-            Call::CatalogDoc { name } => reply(&s.catalog_doc(&name)?),
-            Call::PutCatalogDoc {
-                name,
-                expected,
-                body: doc,
-            } => reply(&s.put_catalog_doc(&name, expected, &doc)?),
             Call::QuotaReserve {
                 tenant,
                 limits,
@@ -341,6 +333,21 @@ impl Inner {
         }
     }
 
+    /// The state of every replication group this node holds a replica of.
+    fn groups(&self) -> Vec<proto::GroupReport> {
+        let catalog = self.store.catalog_group().map(|g| proto::GroupReport {
+            group: "catalog".into(),
+            status: g.status(),
+        });
+        let partitions = self.store.partitions().iter().filter_map(|p| {
+            p.group().map(|g| proto::GroupReport {
+                group: p.id().to_string(),
+                status: g.status(),
+            })
+        });
+        catalog.into_iter().chain(partitions).collect()
+    }
+
     /// LIST runs of partitions of this node, read on a blocking thread
     /// (index scans).
     async fn list_runs(
@@ -359,6 +366,51 @@ impl Inner {
         .await
         .map_err(|e| StoreError::Engine(format!("list task: {e}")))??;
         reply(&runs)
+    }
+}
+
+/// A catalog call on the local store. Blocking: index reads, and a
+/// replicated catalog's writes wait for their group.
+fn catalog_call(s: &Store, call: Call) -> StoreResult<Reply> {
+    match call {
+        Call::CreateBucket {
+            tenant,
+            name,
+            region,
+        } => reply(&s.create_bucket(&tenant, &name, &region)?),
+        Call::Bucket { tenant, name } => reply(&s.bucket(&tenant, &name)?),
+        Call::ListBuckets { tenant } => reply(&s.list_buckets(&tenant)?),
+        Call::SetBucketTags { tenant, name, tags } => {
+            reply(&s.set_bucket_tags(&tenant, &name, tags)?)
+        }
+        Call::DropBucket { tenant, name } => reply(&s.drop_bucket_record(&tenant, &name)?),
+        Call::CatalogDoc { name } => reply(&s.catalog_doc(&name)?),
+        Call::PutCatalogDoc {
+            name,
+            expected,
+            body: doc,
+        } => reply(&s.put_catalog_doc(&name, expected, &doc)?),
+        other => Err(StoreError::InvalidArgument(format!(
+            "{} is not a catalog call",
+            other.name()
+        ))),
+    }
+}
+
+/// Whether this replica of `group` may serve a read (read-index: it
+/// confirmed with a quorum that it leads, and applied what committed
+/// before) or a write (it leads now; its commit goes through the group,
+/// which refuses it if leadership moved since). `NotLeader` with the
+/// leader it knows of otherwise.
+async fn leads(group: &dyn crate::replication::Group, read: bool) -> StoreResult<()> {
+    if read {
+        return group.read_barrier().await;
+    }
+    let status = group.status();
+    if status.leader == Some(status.me) {
+        Ok(())
+    } else {
+        Err(StoreError::NotLeader(status.leader))
     }
 }
 

@@ -330,6 +330,18 @@ pub enum Call {
         /// The hold's id.
         id: u64,
     },
+    /// The replication groups of this node, as it sees them
+    /// (`Vec<GroupReport>`; empty when the node does not replicate). Named.
+    Groups,
+}
+
+/// One replication group at one node (`laneway cluster status`).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct GroupReport {
+    /// `catalog`, or the partition (`p3`).
+    pub group: String,
+    /// The group's state at this replica.
+    pub status: crate::replication::GroupStatus,
 }
 
 /// Where a call is sent.
@@ -380,6 +392,7 @@ impl Call {
             Call::PutCatalogDoc { .. } => "put_catalog_doc",
             Call::QuotaReserve { .. } => "quota_reserve",
             Call::QuotaRelease { .. } => "quota_release",
+            Call::Groups => "groups",
         }
     }
 
@@ -396,6 +409,7 @@ impl Call {
             | Call::QuotaReserve { .. }
             | Call::QuotaRelease { .. } => Route::Catalog,
             Call::Ping
+            | Call::Groups
             | Call::SealBucket { .. }
             | Call::ReviveBucket { .. }
             | Call::BucketUsage { .. }

@@ -1,0 +1,356 @@
+//! `laneway cluster status --file F [--json]`: every replication group of
+//! the cluster (the catalog's and each partition's) with its leader, term,
+//! replicas, each replica's log and applied index and lag, and a health
+//! word, as a table or as JSON.
+//!
+//! Each store node is asked once (the signed `groups` call, under the
+//! RPC deadline) for the groups it holds a replica of; the answers are
+//! joined by group. A node that does not answer shows as `down` in every
+//! group it should hold a replica of.
+//!
+//! Health of a group: `ok` when a leader is known, every replica answered
+//! and none lags the leader's log by more than [`LAG_OK`] entries;
+//! `degraded` when a leader is known but a replica is down or lagging
+//! (the group still commits with two of three); `no-leader` when no
+//! replica that answered knows of one (writes of the group fail until an
+//! election ends). Exit status 0 when every group is `ok`, 1 otherwise
+//! (or when the file cannot be read), 2 for an unreplicated cluster's
+//! file (no groups to show).
+
+use clap::Args;
+use laneway_store::cluster::{ClusterFile, FileMapSource, MapSource, NodeId};
+use laneway_store::node::proto::{Call, GroupReport};
+use laneway_store::remote::RemoteStore;
+use laneway_store::rpc::CallOptions;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Most log entries a healthy replica may be behind its leader.
+pub const LAG_OK: u64 = 1000;
+
+/// Flags of `laneway cluster status`.
+#[derive(Args, Debug)]
+pub struct StatusArgs {
+    /// The cluster file (its secret beside it).
+    #[arg(long, env = "LANEWAY_CLUSTER")]
+    pub file: PathBuf,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Each node's answer must come within this many seconds.
+    #[arg(long, default_value_t = 5)]
+    pub timeout_secs: u64,
+}
+
+/// One group, as the cluster's nodes report it.
+#[derive(Debug, Serialize, PartialEq, Eq)]
+pub struct GroupView {
+    /// `catalog` or the partition (`p0003`).
+    pub group: String,
+    /// The leader's node, if one is known.
+    pub leader: Option<String>,
+    /// The highest term a replica reported.
+    pub term: u64,
+    /// `ok`, `degraded` or `no-leader`.
+    pub health: &'static str,
+    /// Each replica the map gives the group.
+    pub replicas: Vec<ReplicaView>,
+}
+
+/// One replica of a group.
+#[derive(Debug, Serialize, PartialEq, Eq)]
+pub struct ReplicaView {
+    /// Its node.
+    pub node: String,
+    /// Whether the node answered (and reported the group).
+    pub up: bool,
+    /// Whether it leads the group.
+    pub leader: bool,
+    /// Last log index it holds.
+    pub last_log: u64,
+    /// Last index applied to its partition.
+    pub applied: u64,
+    /// Entries behind the leader's last log index (0 without a leader).
+    pub lag: u64,
+}
+
+/// Run `laneway cluster status`.
+pub fn run(args: StatusArgs) -> ExitCode {
+    let file = match ClusterFile::load(&args.file) {
+        Ok(f) => f,
+        Err(e) => return fail(&e.to_string(), ExitCode::FAILURE),
+    };
+    if file.replicas <= 1 {
+        return fail(
+            &format!(
+                "{} has replicas = 1: no replication groups (`laneway cluster show` prints its map)",
+                file.path.display()
+            ),
+            ExitCode::from(2),
+        );
+    }
+    let reports = match super::runtime().and_then(|rt| rt.block_on(collect(&args))) {
+        Ok(r) => r,
+        Err(msg) => return fail(&msg, ExitCode::FAILURE),
+    };
+    let groups = join(&file, &reports);
+    if args.json {
+        let doc = serde_json::json!({ "groups": groups });
+        println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
+    } else {
+        print!("{}", table(&groups));
+    }
+    if groups.iter().all(|g| g.health == "ok") {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// Every node's groups (`None` for a node that did not answer).
+async fn collect(args: &StatusArgs) -> Result<BTreeMap<NodeId, Option<Vec<GroupReport>>>, String> {
+    let source = FileMapSource::open(&args.file).map_err(|e| e.to_string())?;
+    let file = source.file();
+    let opts = CallOptions {
+        deadline: Duration::from_secs(args.timeout_secs),
+        ..CallOptions::default()
+    };
+    let map: Arc<dyn MapSource> = Arc::new(source);
+    let cluster = RemoteStore::new(&file, map, opts).map_err(|e| e.to_string())?;
+    let asks = file.nodes.iter().map(|n| {
+        let cluster = cluster.clone();
+        async move {
+            let r: Result<Vec<GroupReport>, _> = cluster.call_node(&n.id, Call::Groups).await;
+            (n.id.clone(), r.ok())
+        }
+    });
+    Ok(futures::future::join_all(asks).await.into_iter().collect())
+}
+
+/// The groups of the map, each with what its replicas reported.
+pub fn join(
+    file: &ClusterFile,
+    reports: &BTreeMap<NodeId, Option<Vec<GroupReport>>>,
+) -> Vec<GroupView> {
+    let names: BTreeMap<u64, &NodeId> = file.nodes.iter().map(|n| (n.id.raft_id(), &n.id)).collect();
+    let map = &file.map;
+    let catalog = std::iter::once(("catalog".to_string(), map.catalog().to_vec()));
+    let partitions = map.partitions().map(|p| (p.to_string(), map.replicas(p).to_vec()));
+    catalog
+        .chain(partitions)
+        .map(|(group, members)| view(group, &members, reports, &names))
+        .collect()
+}
+
+fn view(
+    group: String,
+    members: &[NodeId],
+    reports: &BTreeMap<NodeId, Option<Vec<GroupReport>>>,
+    names: &BTreeMap<u64, &NodeId>,
+) -> GroupView {
+    let seen: Vec<(NodeId, Option<&GroupReport>)> = members
+        .iter()
+        .map(|n| {
+            let r = reports
+                .get(n)
+                .and_then(|r| r.as_ref())
+                .and_then(|rs| rs.iter().find(|r| r.group == group));
+            (n.clone(), r)
+        })
+        .collect();
+    let term = seen
+        .iter()
+        .filter_map(|(_, r)| r.map(|r| r.status.term))
+        .max()
+        .unwrap_or(0);
+    // The leader a replica of the highest term names (older terms may name
+    // a deposed one).
+    let leader_id = seen
+        .iter()
+        .filter_map(|(_, r)| r.filter(|r| r.status.term == term))
+        .find_map(|r| r.status.leader);
+    let leader = leader_id.and_then(|id| names.get(&id).map(|n| n.to_string()));
+    let head = seen
+        .iter()
+        .filter_map(|(_, r)| *r)
+        .find(|r| Some(r.status.me) == leader_id)
+        .map(|r| r.status.last_log);
+    let replicas: Vec<ReplicaView> = seen
+        .iter()
+        .map(|(node, r)| replica(node, *r, leader_id, head))
+        .collect();
+    let health = health(leader.is_some(), &replicas);
+    GroupView {
+        group,
+        leader,
+        term,
+        health,
+        replicas,
+    }
+}
+
+fn replica(
+    node: &NodeId,
+    r: Option<&GroupReport>,
+    leader: Option<u64>,
+    head: Option<u64>,
+) -> ReplicaView {
+    match r {
+        Some(r) => ReplicaView {
+            node: node.to_string(),
+            up: true,
+            leader: Some(r.status.me) == leader,
+            last_log: r.status.last_log,
+            applied: r.status.applied,
+            lag: head.map_or(0, |h| h.saturating_sub(r.status.applied)),
+        },
+        None => ReplicaView {
+            node: node.to_string(),
+            up: false,
+            leader: false,
+            last_log: 0,
+            applied: 0,
+            lag: 0,
+        },
+    }
+}
+
+fn health(has_leader: bool, replicas: &[ReplicaView]) -> &'static str {
+    if !has_leader {
+        "no-leader"
+    } else if replicas.iter().all(|r| r.up && r.lag <= LAG_OK) {
+        "ok"
+    } else {
+        "degraded"
+    }
+}
+
+/// The groups as a table, one line each.
+pub fn table(groups: &[GroupView]) -> String {
+    let mut out = format!(
+        "{:<9} {:<12} {:>6}  {:<10} REPLICAS (log/applied, lag)\n",
+        "GROUP", "LEADER", "TERM", "HEALTH"
+    );
+    for g in groups {
+        let replicas: Vec<String> = g.replicas.iter().map(replica_cell).collect();
+        out.push_str(&format!(
+            "{:<9} {:<12} {:>6}  {:<10} {}\n",
+            g.group,
+            g.leader.as_deref().unwrap_or("-"),
+            g.term,
+            g.health,
+            replicas.join("  ")
+        ));
+    }
+    out
+}
+
+fn replica_cell(r: &ReplicaView) -> String {
+    if !r.up {
+        return format!("{} down", r.node);
+    }
+    let star = if r.leader { "*" } else { "" };
+    format!("{}{star} {}/{} lag {}", r.node, r.last_log, r.applied, r.lag)
+}
+
+fn fail(msg: &str, code: ExitCode) -> ExitCode {
+    eprintln!("laneway cluster status: {msg}");
+    code
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use laneway_store::replication::GroupStatus;
+
+    fn file() -> ClusterFile {
+        let text = "format = 1\npartitions = 1\nreplicas = 3\nsecret_file = \"s\"\n\
+            [[nodes]]\nid = \"a\"\nrpc = \"127.0.0.1:1\"\n\
+            [[nodes]]\nid = \"b\"\nrpc = \"127.0.0.1:2\"\n\
+            [[nodes]]\nid = \"c\"\nrpc = \"127.0.0.1:3\"\n\
+            [map]\nversion = 1\ncatalog = [\"a\", \"b\", \"c\"]\n\
+            partitions = [[\"a\", \"b\", \"c\"]]\n";
+        ClusterFile::parse(std::path::Path::new("c.toml"), text).expect("parse")
+    }
+
+    fn report(group: &str, me: &str, leader: &str, term: u64, log: u64, applied: u64) -> GroupReport {
+        let id = |n: &str| NodeId::parse(n).expect("id").raft_id();
+        GroupReport {
+            group: group.into(),
+            status: GroupStatus {
+                me: id(me),
+                leader: Some(id(leader)),
+                term,
+                last_log: log,
+                applied,
+                ..GroupStatus::default()
+            },
+        }
+    }
+
+    #[test]
+    fn groups_join_their_replicas_reports_with_lag_and_health() {
+        let f = file();
+        let node = |n: &str| NodeId::parse(n).expect("id");
+        let mut reports = BTreeMap::new();
+        reports.insert(
+            node("a"),
+            Some(vec![
+                report("catalog", "a", "a", 3, 20, 20),
+                report("p0000", "a", "b", 2, 5000, 5000),
+            ]),
+        );
+        reports.insert(
+            node("b"),
+            Some(vec![
+                report("catalog", "b", "a", 3, 20, 19),
+                report("p0000", "b", "b", 2, 5000, 5000),
+            ]),
+        );
+        reports.insert(node("c"), None);
+        let groups = join(&f, &reports);
+        assert_eq!(groups.len(), 2);
+        let catalog = &groups[0];
+        assert_eq!(
+            (catalog.leader.as_deref(), catalog.term, catalog.health),
+            (Some("a"), 3, "degraded")
+        );
+        assert!(catalog.replicas[0].leader);
+        assert_eq!(catalog.replicas[1].lag, 1);
+        assert!(!catalog.replicas[2].up);
+        let table = table(&groups);
+        assert!(table.contains("a* 20/20 lag 0"), "{table}");
+        assert!(table.contains("c down"), "{table}");
+
+        reports.insert(
+            node("c"),
+            Some(vec![
+                report("catalog", "c", "a", 3, 20, 20),
+                report("p0000", "c", "b", 2, 3000, 3000),
+            ]),
+        );
+        let groups = join(&f, &reports);
+        assert_eq!(groups[0].health, "ok");
+        assert_eq!(groups[1].health, "degraded", "c is 2000 entries behind");
+        assert_eq!(groups[1].replicas[2].lag, 2000);
+    }
+
+    #[test]
+    fn a_group_whose_replicas_know_no_leader_has_none() {
+        let f = file();
+        let mut reports = BTreeMap::new();
+        for n in ["a", "b", "c"] {
+            let mut r = report("p0000", n, n, 4, 1, 1);
+            r.status.leader = None;
+            reports.insert(NodeId::parse(n).expect("id"), Some(vec![r]));
+        }
+        let groups = join(&f, &reports);
+        assert_eq!(groups[1].health, "no-leader");
+        assert_eq!(groups[1].leader, None);
+        assert_eq!(groups[0].health, "no-leader", "no node reported the catalog");
+    }
+}

@@ -1,0 +1,134 @@
+//! A store node's replication, wired from the cluster file: one Raft
+//! group per partition the map gives this node a replica of, and one for
+//! the catalog where the map lists this node among its replicas.
+//!
+//! [`NodeReplication::new`] builds the two halves a node needs: the
+//! [`Replication`] opener that `Store::open` starts every group through
+//! (its members and their RPC addresses from the map, its transport over
+//! the node's shared [`Peers`]), and the [`RaftService`] that receives
+//! the groups' messages, which the node serves beside its store calls
+//! on one port ([`crate::net::Split`]).
+//!
+//! Members are a node's Raft id ([`NodeId::raft_id`]) with its RPC address
+//! from the cluster file. The map is read once, at start: changing who
+//! holds a partition is a membership change through the group (not built
+//! yet, docs/replication.md), never an edit of the file under a running
+//! cluster.
+
+use crate::group::{GroupSpec, RaftOpener};
+use crate::net::{Peers, RaftService, RpcNetwork};
+use laneway_store::cluster::{ClusterFile, NodeId};
+use laneway_store::ids::PartitionId;
+use laneway_store::replication::Replication;
+use laneway_store::rpc::Signer;
+use openraft::BasicNode;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use tokio::runtime::Handle;
+
+/// The replication of one store node.
+pub struct NodeReplication {
+    /// Receives the Raft messages of this node's groups.
+    pub service: Arc<RaftService>,
+    /// Opens this node's groups (a `StoreConfig::groups`).
+    pub opener: Replication,
+}
+
+/// Why a node's groups cannot be described.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct SpecError(String);
+
+impl NodeReplication {
+    /// The replication of node `me` of the cluster `file` describes, its
+    /// messages signed with the cluster `secret`, its groups run on
+    /// `handle`.
+    pub fn new(
+        file: &ClusterFile,
+        me: &NodeId,
+        secret: &[u8],
+        handle: Handle,
+    ) -> Result<NodeReplication, SpecError> {
+        let specs = Specs::of(file, me)?;
+        let service = Arc::new(RaftService::new());
+        let peers = Arc::new(Peers::new(Signer::new(secret)));
+        let registry = Arc::clone(&service);
+        let catalog = specs.catalog.clone();
+        let opener = RaftOpener {
+            spec: Box::new(move |p| specs.of_partition(p)),
+            catalog,
+            network: Box::new(move |p: PartitionId| RpcNetwork::new(p.0, Arc::clone(&peers))),
+            started: Box::new(move |p: PartitionId, raft| {
+                registry.register(p.0, raft);
+            }),
+            handle,
+        };
+        Ok(NodeReplication {
+            service,
+            opener: Replication(Arc::new(opener)),
+        })
+    }
+}
+
+/// Every group's members as this node sees them.
+struct Specs {
+    me: u64,
+    partitions: Vec<BTreeMap<u64, BasicNode>>,
+    catalog: Option<GroupSpec>,
+}
+
+impl Specs {
+    fn of(file: &ClusterFile, me: &NodeId) -> Result<Specs, SpecError> {
+        let map = &file.map;
+        let partitions = map
+            .partitions()
+            .map(|p| members(file, map.replicas(p)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let catalog = if map.catalog().contains(me) {
+            Some(GroupSpec {
+                me: me.raft_id(),
+                members: members(file, map.catalog())?,
+            })
+        } else {
+            None
+        };
+        Ok(Specs {
+            me: me.raft_id(),
+            partitions,
+            catalog,
+        })
+    }
+
+    /// Partition `p`'s group (the store opens only partitions hosted
+    /// here; an id past the map has no members and its group no leader).
+    fn of_partition(&self, p: PartitionId) -> GroupSpec {
+        let members = usize::try_from(p.0)
+            .ok()
+            .and_then(|i| self.partitions.get(i))
+            .cloned()
+            .unwrap_or_default();
+        GroupSpec {
+            me: self.me,
+            members,
+        }
+    }
+}
+
+/// The Raft members that `nodes` are, with their RPC addresses.
+fn members(file: &ClusterFile, nodes: &[NodeId]) -> Result<BTreeMap<u64, BasicNode>, SpecError> {
+    let mut out = BTreeMap::new();
+    for n in nodes {
+        let info = file
+            .node(n.as_str())
+            .ok_or_else(|| SpecError(format!("the map names node {n}, which the file lacks")))?;
+        if out
+            .insert(n.raft_id(), BasicNode::new(info.rpc.clone()))
+            .is_some()
+        {
+            return Err(SpecError(format!(
+                "two nodes of one group share the Raft id of {n}: rename one"
+            )));
+        }
+    }
+    Ok(out)
+}
