@@ -14,13 +14,21 @@
 //! decodes it with [`decode`].
 //!
 //! Where a call goes is decided here too ([`Call::route`]), so the client
-//! and the node agree: a partition's calls to the node hosting it, bucket
-//! and registry calls to the catalog node, per-node steps to every node.
+//! and the node agree: a partition's calls to the replica leading it,
+//! bucket and registry calls to the catalog's, and the calls that cover
+//! several partitions ([`Route::Named`]) name them
+//! ([`Call::named_partitions`]), so a node answers for exactly those (with
+//! three replicas every node hosts most partitions: a total over "the
+//! partitions here" would count each object three times).
+//!
+//! And whether a call may be sent again after a failure that leaves its
+//! outcome unknown ([`Call::may_repeat`]): the one rule the client's
+//! failover follows.
 
 use crate::caller::Caller;
 use crate::commit::WriteCond;
 use crate::error::{StoreError, StoreResult};
-use crate::ids::{BucketId, TenantId};
+use crate::ids::{BucketId, PartitionId, TenantId};
 use crate::list::ListQuery;
 use crate::list::run::RunRequest;
 use crate::multipart::{ListedPart, UploadChecksum};
@@ -82,12 +90,18 @@ pub enum Call {
         /// The tag set.
         tags: Vec<Tag>,
     },
-    /// Refuse further writes into an empty bucket (`()`). Every node.
+    /// Refuse further writes into a bucket at this node, after checking
+    /// that `partitions` (which this node leads) hold none of its objects
+    /// (`()`). Sent to the leaders of every partition, and with no
+    /// partitions to every other node (see `RemoteStore::delete_bucket`).
     SealBucket {
         /// The bucket.
         bucket: BucketId,
+        /// The partitions to check empty.
+        partitions: Vec<PartitionId>,
     },
-    /// Undo a seal (`()`). Every node.
+    /// Undo a seal (`()`). Every node (a seal is the node's, not a
+    /// partition's).
     ReviveBucket {
         /// The bucket.
         bucket: BucketId,
@@ -99,16 +113,19 @@ pub enum Call {
         /// Name.
         name: String,
     },
-    /// Usage over the node's partitions (`(i64, i64)`: objects, bytes). Every node.
+    /// Usage over `partitions` (Usage). Their leaders.
     BucketUsage {
         /// The bucket.
         bucket: BucketId,
+        /// The partitions to sum.
+        partitions: Vec<PartitionId>,
     },
-    /// Open uploads over the node's partitions (`(i64, i64)`: uploads,
-    /// part bytes). Every node.
+    /// Open uploads over `partitions` (Pending). Their leaders.
     BucketPending {
         /// The bucket.
         bucket: BucketId,
+        /// The partitions to sum.
+        partitions: Vec<PartitionId>,
     },
     /// Store an object from the data stream (ObjectInfo).
     PutObject {
@@ -155,8 +172,8 @@ pub enum Call {
         /// The tag set.
         tags: Vec<Tag>,
     },
-    /// Apply a bulk tag edit to keys of the partitions this node holds
-    /// (EditCounts).
+    /// Apply a bulk tag edit to keys of partitions this node leads
+    /// (EditCounts). Their leaders.
     EditTags {
         /// Bucket.
         bucket: BucketInfo,
@@ -176,7 +193,7 @@ pub enum Call {
         /// New tags, if replaced.
         tags: Option<Vec<Tag>>,
     },
-    /// LIST runs of several partitions of this node (`Vec<Run>`).
+    /// LIST runs of several partitions this node leads (`Vec<Run>`).
     ListRuns {
         /// Bucket.
         bucket: BucketId,
@@ -295,12 +312,15 @@ pub enum Call {
         /// At most this many.
         max: usize,
     },
-    /// A page of the node's open uploads (UploadPage). Every node.
+    /// A page of the open uploads of `partitions` (UploadPage). Their
+    /// leaders.
     ListMultipartUploads {
         /// Bucket.
         bucket: BucketInfo,
         /// The listing.
         query: UploadQuery,
+        /// The partitions to list.
+        partitions: Vec<PartitionId>,
     },
     /// A catalog document (`Option<(u64, Vec<u8>)>`). Catalog.
     CatalogDoc {
@@ -339,7 +359,8 @@ pub enum Route<'a> {
     Object(BucketId, &'a str),
     /// The catalog's node.
     Catalog,
-    /// A node the caller names (per-node steps and LIST runs).
+    /// A node the caller names, for the partitions the call names
+    /// ([`Call::named_partitions`]; none: a step of the node itself).
     Named,
 }
 
@@ -448,6 +469,73 @@ impl Call {
                 | Call::UploadChecksum { .. }
                 | Call::ListParts { .. }
         )
+    }
+
+    /// The partitions a [`Route::Named`] call covers, under a map of
+    /// `count` partitions (the node checks it leads each before it
+    /// answers); empty for every other call, and for the node-wide steps
+    /// (Ping, ReviveBucket, a SealBucket that only seals).
+    pub fn named_partitions(&self, count: u32) -> Vec<PartitionId> {
+        match self {
+            Call::SealBucket { partitions, .. }
+            | Call::BucketUsage { partitions, .. }
+            | Call::BucketPending { partitions, .. }
+            | Call::ListMultipartUploads { partitions, .. } => partitions.clone(),
+            Call::ListRuns { reqs, .. } => reqs.iter().map(|r| r.partition).collect(),
+            Call::EditTags { bucket, keys, .. } => {
+                let mut ps: Vec<PartitionId> = keys
+                    .iter()
+                    .map(|k| crate::hash::partition_of(bucket.id, k.as_bytes(), count))
+                    .collect();
+                ps.sort();
+                ps.dedup();
+                ps
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// Whether the call may be sent again after a failure that leaves its
+    /// outcome unknown (no answer within the deadline, the connection lost
+    /// after the call went out): the node may have done it, so only a call
+    /// whose second run answers as the first (or whose difference the
+    /// client resolves) is repeated. A refusal that says the call did
+    /// nothing (`NotLeader`, `WrongNode`, no connection) is always safe to
+    /// send elsewhere; this rule is for the unknown case only.
+    ///
+    /// - Reads, and the idempotent writes: PutObjectTags, DeleteObject (a
+    ///   repeat answers "did not exist", which S3 does not show),
+    ///   ReplaceObjectMeta (no precondition), EditTags ("applying it twice
+    ///   is applying it once"), SealBucket, ReviveBucket, SetBucketTags,
+    ///   QuotaRelease.
+    /// - AbortMultipartUpload and an unconditional
+    ///   CompleteMultipartUpload: a repeat after the first took effect
+    ///   finds no upload, which the client reads as that effect (a
+    ///   completion asks RepeatedCompletion for the object it made).
+    /// - Never: a write with a data stream (the stream is spent), a
+    ///   conditional write (a repeat would test the precondition against
+    ///   the first run's own result), CreateMultipartUpload (a second
+    ///   upload id), CreateBucket and DropBucket (a repeat answers
+    ///   "exists" / "no such bucket"), PutCatalogDoc (conditional on its
+    ///   version), QuotaReserve (a second hold).
+    pub fn may_repeat(&self) -> bool {
+        if self.is_read() {
+            return true;
+        }
+        match self {
+            Call::Ping
+            | Call::PutObjectTags { .. }
+            | Call::DeleteObject { .. }
+            | Call::ReplaceObjectMeta { .. }
+            | Call::EditTags { .. }
+            | Call::SealBucket { .. }
+            | Call::ReviveBucket { .. }
+            | Call::SetBucketTags { .. }
+            | Call::QuotaRelease { .. }
+            | Call::AbortMultipartUpload { .. } => true,
+            Call::CompleteMultipartUpload { cond, .. } => *cond == WriteCond::None,
+            _ => false,
+        }
     }
 
     /// The call's index work in base costs of the node's lanes (one; a
