@@ -433,7 +433,7 @@ async fn hosts() -> Hosts {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn totals_and_upload_listings_count_each_partition_once() {
+async fn totals_and_upload_listings_count_each_partition_once_and_a_delete_seals_every_node() {
     let h = hosts().await;
     let t = TenantId("acme".into());
     let b = h
@@ -506,6 +506,30 @@ async fn totals_and_upload_listings_count_each_partition_once() {
             .put_object(&b, "after", Default::default(), PutOptions::default(), body)
             .await
             .expect("writes still go in");
+    }
+    // Empty: deleted, and sealed on every node (each could lead one of
+    // its partitions later), so no node takes a write into it.
+    for store in &h.stores {
+        for i in 0..20 {
+            store
+                .delete_object(&b, &format!("obj-{i}"))
+                .await
+                .expect("delete");
+        }
+        store.delete_object(&b, "after").await.expect("delete");
+    }
+    h.client
+        .delete_bucket(&t, "everywhere")
+        .await
+        .expect("empty bucket deleted");
+    for store in &h.stores {
+        let body: BodyStream = Box::pin(futures::stream::once(async {
+            Ok(Bytes::from_static(b"x"))
+        }));
+        let late = store
+            .put_object(&b, "late", Default::default(), PutOptions::default(), body)
+            .await;
+        assert!(matches!(late, Err(StoreError::NoSuchBucket)), "{late:?}");
     }
     for s in &h.stores {
         s.shutdown();

@@ -190,9 +190,9 @@ impl Inner {
     /// every write committed before them.
     async fn lead_named(&self, call: &Call) -> StoreResult<()> {
         let read = call.is_read() || matches!(call, Call::SealBucket { .. });
-        for p in call.named_partitions(self.store.partition_count()) {
-            self.lead(p, read).await?;
-        }
+        let named = call.named_partitions(self.store.partition_count());
+        // In parallel: a read barrier is a round trip to a quorum.
+        futures::future::try_join_all(named.into_iter().map(|p| self.lead(p, read))).await?;
         Ok(())
     }
 

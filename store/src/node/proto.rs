@@ -566,3 +566,120 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> StoreResult<T> {
         .deserialize(bytes)
         .map_err(|e| StoreError::Engine(format!("decoding a call: {e}")))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bucket() -> BucketInfo {
+        BucketInfo {
+            id: BucketId(7),
+            tenant: TenantId("t".into()),
+            name: "b".into(),
+            created_ms: 0,
+            region: "r".into(),
+            tags: Vec::new(),
+        }
+    }
+
+    fn complete(cond: WriteCond) -> Call {
+        Call::CompleteMultipartUpload {
+            bucket: bucket(),
+            key: "k".into(),
+            upload_id: "u".into(),
+            parts: Vec::new(),
+            cond,
+            whole: None,
+        }
+    }
+
+    #[test]
+    fn only_calls_whose_repeat_answers_as_the_first_may_repeat() {
+        let (b, key) = (bucket(), String::from("k"));
+        let repeat = [
+            Call::HeadObject {
+                bucket: b.clone(),
+                key: key.clone(),
+            },
+            Call::DeleteObject {
+                bucket: b.clone(),
+                key: key.clone(),
+            },
+            Call::AbortMultipartUpload {
+                bucket: b.clone(),
+                key: key.clone(),
+                upload_id: "u".into(),
+            },
+            complete(WriteCond::None),
+            Call::SealBucket {
+                bucket: b.id,
+                partitions: Vec::new(),
+            },
+        ];
+        for call in &repeat {
+            assert!(call.may_repeat(), "{}", call.name());
+        }
+        let once = [
+            complete(WriteCond::IfAbsent),
+            Call::CreateMultipartUpload {
+                bucket: b.clone(),
+                key: key.clone(),
+                meta: ObjectMeta::default(),
+                tags: Vec::new(),
+                checksum: None,
+            },
+            Call::PutObject {
+                bucket: b.clone(),
+                key,
+                meta: ObjectMeta::default(),
+                opts: PutOptions::default(),
+                cond: WriteCond::None,
+            },
+            Call::CreateBucket {
+                tenant: b.tenant.clone(),
+                name: "b".into(),
+                region: "r".into(),
+            },
+            Call::PutCatalogDoc {
+                name: "d".into(),
+                expected: 1,
+                body: Vec::new(),
+            },
+        ];
+        for call in &once {
+            assert!(!call.may_repeat(), "{}", call.name());
+        }
+    }
+
+    #[test]
+    fn named_calls_name_each_partition_once() {
+        let b = bucket();
+        let keys: Vec<String> = (0..50).map(|i| format!("k{i}")).collect();
+        let edit = Call::EditTags {
+            bucket: b.clone(),
+            keys: keys.clone(),
+            edit: crate::tagindex::TagEdit::default(),
+        };
+        let mut want: Vec<PartitionId> = keys
+            .iter()
+            .map(|k| crate::hash::partition_of(b.id, k.as_bytes(), 8))
+            .collect();
+        want.sort();
+        want.dedup();
+        assert_eq!(edit.named_partitions(8), want);
+        let usage = Call::BucketUsage {
+            bucket: b.id,
+            partitions: vec![PartitionId(3), PartitionId(5)],
+        };
+        assert_eq!(
+            usage.named_partitions(8),
+            vec![PartitionId(3), PartitionId(5)]
+        );
+        assert!(
+            Call::ReviveBucket { bucket: b.id }
+                .named_partitions(8)
+                .is_empty()
+        );
+        assert!(complete(WriteCond::None).named_partitions(8).is_empty());
+    }
+}

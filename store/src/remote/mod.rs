@@ -119,7 +119,7 @@ impl RemoteStore {
         self.inner.map.current()
     }
 
-    /// Each node that owns partitions, with them (LIST groups, totals).
+    /// Each node that owns partitions (is their first replica), with them.
     pub fn owners(&self) -> Vec<(NodeId, Vec<PartitionId>)> {
         let map = self.map();
         let mut out: Vec<(NodeId, Vec<PartitionId>)> = Vec::new();
@@ -296,13 +296,14 @@ impl RemoteStore {
     /// harmlessly). A node that cannot be reached keeps refusing writes
     /// into the bucket until it restarts.
     async fn revive(&self, bucket: BucketId, nodes: &[NodeId]) {
-        for node in nodes {
+        let revivals = nodes.iter().map(|node| async move {
             let r: StoreResult<()> = self.call_node(node, Call::ReviveBucket { bucket }).await;
             if let Err(e) = r {
                 tracing::warn!(%node, bucket = bucket.0, error = %e,
                     "could not revive a bucket after a failed delete; if the node sealed it, writes into it fail there until it restarts");
             }
-        }
+        });
+        futures::future::join_all(revivals).await;
     }
 }
 
