@@ -135,6 +135,11 @@ struct Fakes {
 }
 
 async fn fakes(roles: [Role; 3]) -> Fakes {
+    fakes_with(roles, 3).await
+}
+
+/// Three fake nodes, each partition on `replicas` of them.
+async fn fakes_with(roles: [Role; 3], replicas: u32) -> Fakes {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut listeners = Vec::new();
     for _ in 0..3 {
@@ -154,7 +159,7 @@ async fn fakes(roles: [Role; 3]) -> Fakes {
         path: path.clone(),
         nodes,
         partitions: PARTITIONS,
-        replicas: 3,
+        replicas,
     };
     let file = init_cluster(&spec).expect("init");
     let secret = file.read_secret().expect("secret");
@@ -337,6 +342,19 @@ async fn after_a_silent_replica_reads_and_completions_are_repeated_conditional_w
     assert_eq!(done, object(&k));
     assert_eq!(f.nodes[2].count("complete_multipart_upload"), 1);
     assert_eq!(f.nodes[2].count("repeated_completion"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_one_replica_a_dead_node_is_503_at_once_and_no_other_node_is_asked() {
+    let f = fakes_with([Role::Down, Role::Lead, Role::Lead], 1).await;
+    let client = f.client(5);
+    let k = key_first_at(&client, 0);
+    let r = part_size(&client, &k).await;
+    assert!(matches!(r, Err(StoreError::Unavailable(_))), "{r:?}");
+    assert_eq!(f.nodes[1].total() + f.nodes[2].total(), 0);
+    // The other nodes' partitions are served as ever.
+    let k = key_first_at(&client, 1);
+    assert_eq!(part_size(&client, &k).await.expect("answered"), Some(7));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
