@@ -81,11 +81,20 @@ impl RaftGroup {
     }
 }
 
-/// A write's error as the store sees it.
+/// A write's error as the store sees it. Never `NotLeader`, which tells
+/// a client the call did nothing and may go elsewhere: openraft answers
+/// `ForwardToLeader` also to a proposal already appended to this
+/// replica's log when it steps down before the entry commits, and a later
+/// leader may still commit it. So a lost leadership during a write is an
+/// unknown outcome (`Unavailable`), which clients repeat only where
+/// repeating is safe.
 fn write_error(e: RaftError<NodeId, ClientWriteError<NodeId, BasicNode>>) -> StoreError {
     match e {
         RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => {
-            StoreError::NotLeader(f.leader_id)
+            StoreError::Unavailable(format!(
+                "the partition's leader changed during the write (now {}); its outcome is unknown",
+                f.leader_id.map_or("unknown".to_string(), |l| l.to_string())
+            ))
         }
         other => StoreError::Unavailable(format!("replication group: {other}")),
     }

@@ -128,6 +128,28 @@ impl Nodes {
         }
     }
 
+    /// The bucket's usage, each partition's read at its leader after a
+    /// read barrier (a follower's count may lag its log).
+    fn usage(&self, b: &BucketInfo) -> (i64, i64) {
+        let mut total = (0, 0);
+        for p in (0..PARTITIONS).map(PartitionId) {
+            let start = Instant::now();
+            let u = loop {
+                let led = self.stores.values().find(|store| {
+                    let group = store.partition(p).expect("hosted").group().expect("group");
+                    self.rt.block_on(group.read_barrier()).is_ok()
+                });
+                if let Some(store) = led {
+                    break store.bucket_usage_in(b.id, &[p]).expect("usage");
+                }
+                assert!(start.elapsed() < PATIENCE, "no leader of {p}");
+                std::thread::sleep(Duration::from_millis(50));
+            };
+            total = (total.0 + u.objects, total.1 + u.bytes);
+        }
+        total
+    }
+
     /// The leader of partition `p`, once one leads.
     fn leader(&self, p: PartitionId) -> NodeId {
         let start = Instant::now();
@@ -311,12 +333,9 @@ fn acknowledged_objects_survive_the_leaders_stop_and_a_replica_catches_up() {
             "{k} after the restart"
         );
     }
-    let usage = nodes.stores[&leader].bucket_usage(b.id).expect("usage");
-    assert_eq!(usage.objects, acked.len() as i64);
-    assert_eq!(
-        usage.bytes,
-        acked.values().map(|v| v.len() as i64).sum::<i64>()
-    );
+    let (objects, bytes) = nodes.usage(&b);
+    assert_eq!(objects, acked.len() as i64);
+    assert_eq!(bytes, acked.values().map(|v| v.len() as i64).sum::<i64>());
 }
 
 /// Wait until node `id` has applied, in every partition, what the leader

@@ -242,6 +242,20 @@ impl Store {
         &self.partitions
     }
 
+    /// Partitions `ids`, each hosted here ([`StoreError::NotHosted`] for
+    /// the first that is not); each once, in id order.
+    pub fn partitions_in(
+        &self,
+        ids: &[crate::ids::PartitionId],
+    ) -> StoreResult<Vec<Arc<Partition>>> {
+        let mut ids = ids.to_vec();
+        ids.sort();
+        ids.dedup();
+        ids.into_iter()
+            .map(|id| self.partition(id).cloned())
+            .collect()
+    }
+
     // ----- buckets -------------------------------------------------------
 
     /// Create bucket `name` for `tenant`.
@@ -295,6 +309,23 @@ impl Store {
         Ok(())
     }
 
+    /// [`Store::seal_bucket`] checking only partitions `ids` (those this
+    /// node leads; none: seal without a check). The seal itself is this
+    /// store's: it refuses writes into the bucket on every partition here.
+    pub async fn seal_bucket_in(
+        &self,
+        bucket: BucketId,
+        ids: &[crate::ids::PartitionId],
+    ) -> StoreResult<()> {
+        let parts = self.partitions_in(ids)?;
+        let _exclusive = self.gate.exclusive(bucket).await;
+        if usage_over(&parts, bucket)?.objects != 0 {
+            return Err(StoreError::BucketNotEmpty);
+        }
+        self.gate.bury(bucket);
+        Ok(())
+    }
+
     /// Undo [`Store::seal_bucket`] (another node was not empty).
     pub async fn revive_bucket(&self, bucket: BucketId) {
         let _exclusive = self.gate.exclusive(bucket).await;
@@ -338,13 +369,17 @@ impl Store {
     /// Objects and bytes in a bucket (summed over partitions; exact, since
     /// counters change in the same batch as the objects).
     pub fn bucket_usage(&self, bucket: BucketId) -> StoreResult<crate::record::Usage> {
-        let mut total = crate::record::Usage::default();
-        for p in &self.partitions {
-            let u = p.usage(bucket)?;
-            total.objects += u.objects;
-            total.bytes += u.bytes;
-        }
-        Ok(total)
+        usage_over(&self.partitions, bucket)
+    }
+
+    /// [`Store::bucket_usage`] over partitions `ids` only (a cluster node
+    /// answers for the partitions it leads).
+    pub fn bucket_usage_in(
+        &self,
+        bucket: BucketId,
+        ids: &[crate::ids::PartitionId],
+    ) -> StoreResult<crate::record::Usage> {
+        usage_over(&self.partitions_in(ids)?, bucket)
     }
 
     // ----- objects -------------------------------------------------------
@@ -595,6 +630,20 @@ impl Store {
         }
         self.catalog.sync().ok();
     }
+}
+
+/// Usage of `bucket` summed over `partitions`.
+fn usage_over(
+    partitions: &[Arc<Partition>],
+    bucket: BucketId,
+) -> StoreResult<crate::record::Usage> {
+    let mut total = crate::record::Usage::default();
+    for p in partitions {
+        let u = p.usage(bucket)?;
+        total.objects += u.objects;
+        total.bytes += u.bytes;
+    }
+    Ok(total)
 }
 
 /// The partitions a store of `total` opens: `cfg.hosted`, checked, or all.

@@ -243,16 +243,17 @@ impl Store {
     /// partitions; exact, since the counters change in the same batch as
     /// the upload and part rows).
     pub fn bucket_pending(&self, bucket: BucketId) -> StoreResult<Pending> {
-        let mut total = Pending::default();
-        for p in self.partitions() {
-            let key = multipart::counters::pending_key(bucket);
-            if let Some(v) = p.index().get(&key)? {
-                let got = Pending::decode(&v)?;
-                total.uploads += got.uploads;
-                total.part_bytes += got.part_bytes;
-            }
-        }
-        Ok(total)
+        pending_over(self.partitions(), bucket)
+    }
+
+    /// [`Store::bucket_pending`] over partitions `ids` only (a cluster
+    /// node answers for the partitions it leads).
+    pub fn bucket_pending_in(
+        &self,
+        bucket: BucketId,
+        ids: &[crate::ids::PartitionId],
+    ) -> StoreResult<Pending> {
+        pending_over(&self.partitions_in(ids)?, bucket)
     }
 
     /// Abort an upload; its parts stop counting at once, and their space is
@@ -412,4 +413,21 @@ fn part_sizes(rec: &StoredObject) -> Vec<u64> {
         DataLoc::Parts(parts) => parts.iter().map(|p| p.size).collect(),
         _ => vec![rec.size],
     }
+}
+
+/// Open uploads of `bucket` and their part bytes, summed over `partitions`.
+fn pending_over(
+    partitions: &[std::sync::Arc<crate::partition::Partition>],
+    bucket: BucketId,
+) -> StoreResult<Pending> {
+    let mut total = Pending::default();
+    for p in partitions {
+        let key = multipart::counters::pending_key(bucket);
+        if let Some(v) = p.index().get(&key)? {
+            let got = Pending::decode(&v)?;
+            total.uploads += got.uploads;
+            total.part_bytes += got.part_bytes;
+        }
+    }
+    Ok(total)
 }

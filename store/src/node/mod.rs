@@ -156,7 +156,7 @@ impl Inner {
                 Some(group) => leads(group.as_ref(), call.is_read()).await,
                 None => Ok(()),
             },
-            Route::Named => Ok(()),
+            Route::Named => self.lead_named(call).await,
         }
     }
 
@@ -177,6 +177,21 @@ impl Inner {
         self.map.current().catalog().contains(&self.node)
     }
 
+    /// Refuse a call that names partitions ([`Call::named_partitions`])
+    /// unless this replica leads every one of them: `NotLeader` with the
+    /// hint of the first it does not lead (the client then sends each
+    /// partition of the call on its own, so every hint is unambiguous).
+    /// Reads, and the seal's emptiness check, wait for the read-index
+    /// ([`Inner::lead`] with `read`): what they sum or list must hold
+    /// every write committed before them.
+    async fn lead_named(&self, call: &Call) -> StoreResult<()> {
+        let read = call.is_read() || matches!(call, Call::SealBucket { .. });
+        let named = call.named_partitions(self.store.partition_count());
+        // In parallel: a read barrier is a round trip to a quorum.
+        futures::future::try_join_all(named.into_iter().map(|p| self.lead(p, read))).await?;
+        Ok(())
+    }
+
     /// Run one call on the local store.
     async fn dispatch(&self, call: Call, body: BodyStream) -> StoreResult<Reply> {
         let s = &self.store;
@@ -195,18 +210,26 @@ impl Inner {
                     .await
                     .map_err(|e| StoreError::Engine(format!("catalog task: {e}")))?
             }
-            Call::SealBucket { bucket } => reply(&s.seal_bucket(bucket).await?),
+            Call::SealBucket { bucket, partitions } => {
+                reply(&s.seal_bucket_in(bucket, &partitions).await?)
+            }
             Call::ReviveBucket { bucket } => reply(&s.revive_bucket(bucket).await),
-            Call::BucketUsage { bucket } => reply(&s.bucket_usage(bucket)?),
-            Call::BucketPending { bucket } => reply(&s.bucket_pending(bucket)?),
+            Call::BucketUsage { bucket, partitions } => {
+                reply(&s.bucket_usage_in(bucket, &partitions)?)
+            }
+            Call::BucketPending { bucket, partitions } => {
+                reply(&s.bucket_pending_in(bucket, &partitions)?)
+            }
             Call::ListRuns {
                 bucket,
                 query,
                 reqs,
             } => self.list_runs(bucket, query, reqs).await,
-            Call::ListMultipartUploads { bucket, query } => {
-                reply(&s.list_multipart_uploads(&bucket, &query)?)
-            }
+            Call::ListMultipartUploads {
+                bucket,
+                query,
+                partitions,
+            } => reply(&s.list_multipart_uploads_in(&bucket, &query, &partitions)?),
             Call::QuotaReserve {
                 tenant,
                 limits,

@@ -14,13 +14,21 @@
 //! decodes it with [`decode`].
 //!
 //! Where a call goes is decided here too ([`Call::route`]), so the client
-//! and the node agree: a partition's calls to the node hosting it, bucket
-//! and registry calls to the catalog node, per-node steps to every node.
+//! and the node agree: a partition's calls to the replica leading it,
+//! bucket and registry calls to the catalog's, and the calls that cover
+//! several partitions ([`Route::Named`]) name them
+//! ([`Call::named_partitions`]), so a node answers for exactly those (with
+//! three replicas every node hosts most partitions: a total over "the
+//! partitions here" would count each object three times).
+//!
+//! And whether a call may be sent again after a failure that leaves its
+//! outcome unknown ([`Call::may_repeat`]): the one rule the client's
+//! failover follows.
 
 use crate::caller::Caller;
 use crate::commit::WriteCond;
 use crate::error::{StoreError, StoreResult};
-use crate::ids::{BucketId, TenantId};
+use crate::ids::{BucketId, PartitionId, TenantId};
 use crate::list::ListQuery;
 use crate::list::run::RunRequest;
 use crate::multipart::{ListedPart, UploadChecksum};
@@ -82,12 +90,18 @@ pub enum Call {
         /// The tag set.
         tags: Vec<Tag>,
     },
-    /// Refuse further writes into an empty bucket (`()`). Every node.
+    /// Refuse further writes into a bucket at this node, after checking
+    /// that `partitions` (which this node leads) hold none of its objects
+    /// (`()`). Sent to the leaders of every partition, and with no
+    /// partitions to every other node (see `RemoteStore::delete_bucket`).
     SealBucket {
         /// The bucket.
         bucket: BucketId,
+        /// The partitions to check empty.
+        partitions: Vec<PartitionId>,
     },
-    /// Undo a seal (`()`). Every node.
+    /// Undo a seal (`()`). Every node (a seal is the node's, not a
+    /// partition's).
     ReviveBucket {
         /// The bucket.
         bucket: BucketId,
@@ -99,16 +113,19 @@ pub enum Call {
         /// Name.
         name: String,
     },
-    /// Usage over the node's partitions (`(i64, i64)`: objects, bytes). Every node.
+    /// Usage over `partitions` (Usage). Their leaders.
     BucketUsage {
         /// The bucket.
         bucket: BucketId,
+        /// The partitions to sum.
+        partitions: Vec<PartitionId>,
     },
-    /// Open uploads over the node's partitions (`(i64, i64)`: uploads,
-    /// part bytes). Every node.
+    /// Open uploads over `partitions` (Pending). Their leaders.
     BucketPending {
         /// The bucket.
         bucket: BucketId,
+        /// The partitions to sum.
+        partitions: Vec<PartitionId>,
     },
     /// Store an object from the data stream (ObjectInfo).
     PutObject {
@@ -155,8 +172,8 @@ pub enum Call {
         /// The tag set.
         tags: Vec<Tag>,
     },
-    /// Apply a bulk tag edit to keys of the partitions this node holds
-    /// (EditCounts).
+    /// Apply a bulk tag edit to keys of partitions this node leads
+    /// (EditCounts). Their leaders.
     EditTags {
         /// Bucket.
         bucket: BucketInfo,
@@ -176,7 +193,7 @@ pub enum Call {
         /// New tags, if replaced.
         tags: Option<Vec<Tag>>,
     },
-    /// LIST runs of several partitions of this node (`Vec<Run>`).
+    /// LIST runs of several partitions this node leads (`Vec<Run>`).
     ListRuns {
         /// Bucket.
         bucket: BucketId,
@@ -295,12 +312,15 @@ pub enum Call {
         /// At most this many.
         max: usize,
     },
-    /// A page of the node's open uploads (UploadPage). Every node.
+    /// A page of the open uploads of `partitions` (UploadPage). Their
+    /// leaders.
     ListMultipartUploads {
         /// Bucket.
         bucket: BucketInfo,
         /// The listing.
         query: UploadQuery,
+        /// The partitions to list.
+        partitions: Vec<PartitionId>,
     },
     /// A catalog document (`Option<(u64, Vec<u8>)>`). Catalog.
     CatalogDoc {
@@ -351,7 +371,8 @@ pub enum Route<'a> {
     Object(BucketId, &'a str),
     /// The catalog's node.
     Catalog,
-    /// A node the caller names (per-node steps and LIST runs).
+    /// A node the caller names, for the partitions the call names
+    /// ([`Call::named_partitions`]; none: a step of the node itself).
     Named,
 }
 
@@ -464,6 +485,73 @@ impl Call {
         )
     }
 
+    /// The partitions a [`Route::Named`] call covers, under a map of
+    /// `count` partitions (the node checks it leads each before it
+    /// answers); empty for every other call, and for the node-wide steps
+    /// (Ping, ReviveBucket, a SealBucket that only seals).
+    pub fn named_partitions(&self, count: u32) -> Vec<PartitionId> {
+        match self {
+            Call::SealBucket { partitions, .. }
+            | Call::BucketUsage { partitions, .. }
+            | Call::BucketPending { partitions, .. }
+            | Call::ListMultipartUploads { partitions, .. } => partitions.clone(),
+            Call::ListRuns { reqs, .. } => reqs.iter().map(|r| r.partition).collect(),
+            Call::EditTags { bucket, keys, .. } => {
+                let mut ps: Vec<PartitionId> = keys
+                    .iter()
+                    .map(|k| crate::hash::partition_of(bucket.id, k.as_bytes(), count))
+                    .collect();
+                ps.sort();
+                ps.dedup();
+                ps
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// Whether the call may be sent again after a failure that leaves its
+    /// outcome unknown (no answer within the deadline, the connection lost
+    /// after the call went out): the node may have done it, so only a call
+    /// whose second run answers as the first (or whose difference the
+    /// client resolves) is repeated. A refusal that says the call did
+    /// nothing (`NotLeader`, `WrongNode`, no connection) is always safe to
+    /// send elsewhere; this rule is for the unknown case only.
+    ///
+    /// - Reads, and the idempotent writes: PutObjectTags, DeleteObject (a
+    ///   repeat answers "did not exist", which S3 does not show),
+    ///   ReplaceObjectMeta (no precondition), EditTags ("applying it twice
+    ///   is applying it once"), SealBucket, ReviveBucket, SetBucketTags,
+    ///   QuotaRelease.
+    /// - AbortMultipartUpload and an unconditional
+    ///   CompleteMultipartUpload: a repeat after the first took effect
+    ///   finds no upload, which the client reads as that effect (a
+    ///   completion asks RepeatedCompletion for the object it made).
+    /// - Never: a write with a data stream (the stream is spent), a
+    ///   conditional write (a repeat would test the precondition against
+    ///   the first run's own result), CreateMultipartUpload (a second
+    ///   upload id), CreateBucket and DropBucket (a repeat answers
+    ///   "exists" / "no such bucket"), PutCatalogDoc (conditional on its
+    ///   version), QuotaReserve (a second hold).
+    pub fn may_repeat(&self) -> bool {
+        if self.is_read() {
+            return true;
+        }
+        match self {
+            Call::Ping
+            | Call::PutObjectTags { .. }
+            | Call::DeleteObject { .. }
+            | Call::ReplaceObjectMeta { .. }
+            | Call::EditTags { .. }
+            | Call::SealBucket { .. }
+            | Call::ReviveBucket { .. }
+            | Call::SetBucketTags { .. }
+            | Call::QuotaRelease { .. }
+            | Call::AbortMultipartUpload { .. } => true,
+            Call::CompleteMultipartUpload { cond, .. } => *cond == WriteCond::None,
+            _ => false,
+        }
+    }
+
     /// The call's index work in base costs of the node's lanes (one; a
     /// LIST fetch one per partition run it reads). Bodies add their bytes.
     pub fn base_costs(&self) -> u64 {
@@ -491,4 +579,121 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> StoreResult<T> {
         .with_limit(crate::rpc::wire::MAX_FRAME as u64)
         .deserialize(bytes)
         .map_err(|e| StoreError::Engine(format!("decoding a call: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bucket() -> BucketInfo {
+        BucketInfo {
+            id: BucketId(7),
+            tenant: TenantId("t".into()),
+            name: "b".into(),
+            created_ms: 0,
+            region: "r".into(),
+            tags: Vec::new(),
+        }
+    }
+
+    fn complete(cond: WriteCond) -> Call {
+        Call::CompleteMultipartUpload {
+            bucket: bucket(),
+            key: "k".into(),
+            upload_id: "u".into(),
+            parts: Vec::new(),
+            cond,
+            whole: None,
+        }
+    }
+
+    #[test]
+    fn only_calls_whose_repeat_answers_as_the_first_may_repeat() {
+        let (b, key) = (bucket(), String::from("k"));
+        let repeat = [
+            Call::HeadObject {
+                bucket: b.clone(),
+                key: key.clone(),
+            },
+            Call::DeleteObject {
+                bucket: b.clone(),
+                key: key.clone(),
+            },
+            Call::AbortMultipartUpload {
+                bucket: b.clone(),
+                key: key.clone(),
+                upload_id: "u".into(),
+            },
+            complete(WriteCond::None),
+            Call::SealBucket {
+                bucket: b.id,
+                partitions: Vec::new(),
+            },
+        ];
+        for call in &repeat {
+            assert!(call.may_repeat(), "{}", call.name());
+        }
+        let once = [
+            complete(WriteCond::IfAbsent),
+            Call::CreateMultipartUpload {
+                bucket: b.clone(),
+                key: key.clone(),
+                meta: ObjectMeta::default(),
+                tags: Vec::new(),
+                checksum: None,
+            },
+            Call::PutObject {
+                bucket: b.clone(),
+                key,
+                meta: ObjectMeta::default(),
+                opts: PutOptions::default(),
+                cond: WriteCond::None,
+            },
+            Call::CreateBucket {
+                tenant: b.tenant.clone(),
+                name: "b".into(),
+                region: "r".into(),
+            },
+            Call::PutCatalogDoc {
+                name: "d".into(),
+                expected: 1,
+                body: Vec::new(),
+            },
+        ];
+        for call in &once {
+            assert!(!call.may_repeat(), "{}", call.name());
+        }
+    }
+
+    #[test]
+    fn named_calls_name_each_partition_once() {
+        let b = bucket();
+        let keys: Vec<String> = (0..50).map(|i| format!("k{i}")).collect();
+        let edit = Call::EditTags {
+            bucket: b.clone(),
+            keys: keys.clone(),
+            edit: crate::tagindex::TagEdit::default(),
+        };
+        let mut want: Vec<PartitionId> = keys
+            .iter()
+            .map(|k| crate::hash::partition_of(b.id, k.as_bytes(), 8))
+            .collect();
+        want.sort();
+        want.dedup();
+        assert_eq!(edit.named_partitions(8), want);
+        let usage = Call::BucketUsage {
+            bucket: b.id,
+            partitions: vec![PartitionId(3), PartitionId(5)],
+        };
+        assert_eq!(
+            usage.named_partitions(8),
+            vec![PartitionId(3), PartitionId(5)]
+        );
+        assert!(
+            Call::ReviveBucket { bucket: b.id }
+                .named_partitions(8)
+                .is_empty()
+        );
+        assert!(complete(WriteCond::None).named_partitions(8).is_empty());
+    }
 }

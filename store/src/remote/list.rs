@@ -1,9 +1,10 @@
-//! Listings across store nodes: LIST runs fetched one node at a time for
-//! all of its partitions ([`NodeRuns`], the [`RunSource`] of the k-way
-//! merge), and ListMultipartUploads pages merged from every node.
+//! Listings across store nodes: LIST runs fetched from each partition's
+//! leader, one call per leader for all the partitions it leads
+//! ([`NodeRuns`], the [`RunSource`] of the k-way merge), and
+//! ListMultipartUploads pages merged from every leader.
 
 use super::RemoteStore;
-use crate::cluster::NodeId;
+use super::leaders::Target;
 use crate::error::{StoreError, StoreResult};
 use crate::ids::{BucketId, PartitionId};
 use crate::list::run::{Run, RunRequest};
@@ -12,33 +13,32 @@ use crate::node::proto::Call;
 use crate::uploads::{UploadEntry, UploadPage};
 use futures::future::BoxFuture;
 
-/// The partitions of a cluster, grouped by the node that owns them: one
-/// round trip refills every cursor of that node that runs low.
+/// The partitions of a cluster, grouped by the replica believed to lead
+/// them: one round trip refills every cursor of that replica that runs
+/// low. A fetch routes each partition by the leader cache as it is then
+/// (a failover in the middle of a listing moves the partitions it hits).
 pub(super) struct NodeRuns<'a> {
     store: &'a RemoteStore,
-    owners: Vec<(NodeId, Vec<PartitionId>)>,
 }
 
 impl<'a> NodeRuns<'a> {
     pub(super) fn new(store: &'a RemoteStore) -> NodeRuns<'a> {
-        NodeRuns {
-            store,
-            owners: store.owners(),
-        }
-    }
-
-    fn node_of(&self, p: PartitionId) -> StoreResult<&NodeId> {
-        self.owners
-            .iter()
-            .find(|(_, ps)| ps.contains(&p))
-            .map(|(n, _)| n)
-            .ok_or_else(|| StoreError::Unavailable(format!("{p} has no node in the map")))
+        NodeRuns { store }
     }
 }
 
 impl RunSource for NodeRuns<'_> {
     fn groups(&self) -> Vec<Vec<PartitionId>> {
-        self.owners.iter().map(|(_, ps)| ps.clone()).collect()
+        let map = self.store.map();
+        let mut groups: Vec<(Option<crate::cluster::NodeId>, Vec<PartitionId>)> = Vec::new();
+        for p in map.partitions() {
+            let node = self.store.inner.leaders.get(&map, Target::Partition(p));
+            match groups.iter_mut().find(|(n, _)| *n == node) {
+                Some((_, ps)) => ps.push(p),
+                None => groups.push((node, vec![p])),
+            }
+        }
+        groups.into_iter().map(|(_, ps)| ps).collect()
     }
 
     fn fetch<'b>(
@@ -48,16 +48,36 @@ impl RunSource for NodeRuns<'_> {
         reqs: Vec<RunRequest>,
     ) -> BoxFuture<'b, StoreResult<Vec<Run>>> {
         Box::pin(async move {
-            let Some(first) = reqs.first() else {
-                return Ok(Vec::new());
-            };
-            let node = self.node_of(first.partition)?.clone();
-            let call = Call::ListRuns {
+            let order: Vec<PartitionId> = reqs.iter().map(|r| r.partition).collect();
+            let make = |reqs: Vec<RunRequest>| Call::ListRuns {
                 bucket,
                 query: q.clone(),
                 reqs,
             };
-            self.store.call_node(&node, call).await
+            let replies: Vec<(Vec<RunRequest>, Vec<Run>)> =
+                self.store.fan_out(reqs, |r| r.partition, make).await?;
+            let mut runs: Vec<(PartitionId, Run)> = Vec::with_capacity(order.len());
+            for (asked, got) in replies {
+                if asked.len() != got.len() {
+                    return Err(StoreError::Engine(format!(
+                        "a store node answered {} runs for {} requests",
+                        got.len(),
+                        asked.len()
+                    )));
+                }
+                runs.extend(asked.iter().map(|r| r.partition).zip(got));
+            }
+            // In the order asked: one run per request.
+            order
+                .iter()
+                .map(|p| {
+                    let at = runs
+                        .iter()
+                        .position(|(q, _)| q == p)
+                        .ok_or_else(|| StoreError::Engine(format!("no run came back for {p}")))?;
+                    Ok(runs.swap_remove(at).1)
+                })
+                .collect()
         })
     }
 }

@@ -1,16 +1,20 @@
 //! [`RemoteStore`]: the [`StoreClient`] of a cluster, the same interface as
 //! [`crate::LocalStore`] over the store nodes' RPC.
 //!
-//! Each call is routed by the partition map ([`crate::cluster::MapSource`]):
-//! an object's calls to the node hosting its partition, bucket and
-//! registry calls to the catalog's node, per-bucket totals to every node
-//! (summed). A node that answers `WrongNode` holds a newer map: the client
-//! refreshes its map and sends the call once more (calls with a data
-//! stream cannot be replayed and answer 503; the S3 client retries them).
-//! A node that is down, refuses, or does not answer within the deadline is
-//! [`StoreError::Unavailable`] (503) for the calls routed to it and only
-//! for them; a LIST, which needs every node, fails as a whole rather than
-//! return a shorter listing.
+//! Each call is routed by the partition map ([`crate::cluster::MapSource`])
+//! and the leader cache ([`leaders`]): an object's calls to the replica
+//! believed to lead its partition's group, bucket and registry calls to
+//! the catalog's, and calls over many partitions (per-bucket totals,
+//! listings, bulk tag edits, the DeleteBucket seal) to each partition's
+//! leader, naming the partitions each node answers for, so every partition
+//! is counted once however many replicas a node hosts. A replica that does
+//! not lead, a node that holds a newer map (`WrongNode`) or one that is
+//! down sends the call on to the leader within the call's deadline; what
+//! is sent again, and what answers 503: [`route`]. With one replica per
+//! partition a node that is down, refuses, or does not answer within the
+//! deadline is [`StoreError::Unavailable`] (503) for the calls routed to
+//! it and only for them; a LIST, which needs every partition, fails as a
+//! whole rather than return a shorter listing.
 //!
 //! Caches, never truth: a bucket found is remembered for
 //! [`BUCKET_TTL`] (a bucket deleted through another gateway refuses
@@ -18,10 +22,11 @@
 //! [`RemoteStore::delete_bucket`]); a bucket not found is never cached, so
 //! one created through another gateway is usable at once.
 
+mod leaders;
 mod list;
+mod route;
 mod window;
 
-use crate::caller::Caller;
 use crate::client::{Fut, StoreClient};
 use crate::cluster::{ClusterFile, FileMapSource, MapSource, NodeId, PartitionMap};
 use crate::commit::WriteCond;
@@ -29,14 +34,13 @@ use crate::error::{StoreError, StoreResult};
 use crate::ids::{BucketId, PartitionId, TenantId};
 use crate::list::{ListPage, ListQuery};
 use crate::multipart::{ListedPart, PartInfo, Pending, UploadChecksum};
-use crate::node::proto::{Call, Envelope, Route, decode, encode};
+use crate::node::proto::Call;
 use crate::quota::{QuotaAsk, QuotaHold, QuotaLimits};
 use crate::record::{Checksum, ObjectInfo, ObjectMeta, Tag, Usage};
-use crate::rpc::{CallOptions, RpcClient, RpcError, Signer, WireCode};
+use crate::rpc::{CallOptions, RpcClient, Signer};
 use crate::store::{BodyStream, BucketInfo, GetRange, PutOptions};
 use crate::tagindex::{EditCounts, TagEdit};
 use crate::uploads::{ObjectPart, UploadPage, UploadQuery};
-use bytes::Bytes;
 use serde::de::DeserializeOwned;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -60,6 +64,8 @@ struct Inner {
     opts: CallOptions,
     buckets: moka::sync::Cache<(TenantId, String), BucketInfo>,
     windows: window::Windows,
+    /// The replica believed to lead each partition's group and the catalog's.
+    leaders: leaders::Leaders,
     /// This client's id in its calls (the nodes split a tenant's window
     /// among the clients that carry it).
     id: u64,
@@ -94,6 +100,7 @@ impl RemoteStore {
                 opts,
                 buckets,
                 windows: window::Windows::default(),
+                leaders: leaders::Leaders::default(),
                 id: client_id(),
             }),
         })
@@ -112,7 +119,7 @@ impl RemoteStore {
         self.inner.map.current()
     }
 
-    /// Each node that owns partitions, with them (LIST groups, totals).
+    /// Each node that owns partitions (is their first replica), with them.
     pub fn owners(&self) -> Vec<(NodeId, Vec<PartitionId>)> {
         let map = self.map();
         let mut out: Vec<(NodeId, Vec<PartitionId>)> = Vec::new();
@@ -132,130 +139,33 @@ impl RemoteStore {
         self.inner.windows.of(node, tenant).backlog()
     }
 
-    /// Ask node `node` to answer `call` (liveness probes, per-node steps).
+    /// Ask node `node` to answer `call` (liveness probes, per-node steps),
+    /// once, within the deadline.
     pub async fn call_node<T: DeserializeOwned>(
         &self,
         node: &NodeId,
         call: Call,
     ) -> StoreResult<T> {
-        Ok(self.send_to(node, call, None).await?.0)
-    }
-
-    /// Send `call` where its route says, once more after a map refresh
-    /// when the node says it holds a newer map.
-    async fn send<T: DeserializeOwned>(
-        &self,
-        call: Call,
-        data: Option<BodyStream>,
-    ) -> StoreResult<(T, BodyStream)> {
-        let map = self.map();
-        let node = route_node(&map, &call)?;
-        let replayable = data.is_none();
-        let name = call.name();
-        let (args, window) = self.envelope(call, &map, &node)?;
-        match self.exchange(&node, name, args.clone(), data, window).await {
-            Err(Sent::WrongNode(seen)) if replayable => {
-                let map = self
-                    .inner
-                    .map
-                    .refresh(seen)
-                    .map_err(|e| StoreError::Unavailable(format!("partition map: {e}")))?;
-                let call: Envelope = decode(&args)?;
-                let node = route_node(&map, &call.call)?;
-                self.exchange(&node, name, args, None, None)
-                    .await
-                    .map_err(Sent::into_store)
-            }
-            r => r.map_err(Sent::into_store),
-        }
-    }
-
-    /// Send `call` to `node`.
-    async fn send_to<T: DeserializeOwned>(
-        &self,
-        node: &NodeId,
-        call: Call,
-        data: Option<BodyStream>,
-    ) -> StoreResult<(T, BodyStream)> {
-        let map = self.map();
-        let name = call.name();
-        let (args, window) = self.envelope(call, &map, node)?;
-        self.exchange(node, name, args, data, window)
-            .await
-            .map_err(Sent::into_store)
-    }
-
-    /// The call's envelope, and the caller's window at `node` (none for
-    /// calls made for no tenant).
-    fn envelope(
-        &self,
-        call: Call,
-        map: &PartitionMap,
-        node: &NodeId,
-    ) -> StoreResult<(Bytes, Option<Arc<window::Window>>)> {
-        let caller = Caller::current();
-        let window = caller
-            .as_ref()
-            .map(|c| self.inner.windows.of(node, &c.tenant.0));
-        let env = Envelope {
-            call,
-            caller,
-            map_version: map.version(),
-            sender: self.inner.id,
-            backlog: window.as_ref().map_or(0, |w| w.backlog() + 1),
-        };
-        Ok((Bytes::from(encode(&env)?), window))
-    }
-
-    /// One call to one node, within the caller's `window` there, its
-    /// reply decoded (and the node's new window taken).
-    async fn exchange<T: DeserializeOwned>(
-        &self,
-        node: &NodeId,
-        method: &str,
-        args: Bytes,
-        data: Option<BodyStream>,
-        window: Option<Arc<window::Window>>,
-    ) -> Result<(T, BodyStream), Sent> {
-        let client = self.inner.nodes.get(node).ok_or_else(|| {
-            Sent::Store(StoreError::Unavailable(format!(
-                "store node {node} is not in the cluster file"
-            )))
-        })?;
-        crate::caller::before_network_wait();
-        // One deadline for the wait for a place and the call together.
         let deadline = tokio::time::Instant::now() + self.inner.opts.deadline;
-        let _slot = match &window {
-            Some(w) => Some(w.enter(deadline).await.ok_or_else(|| {
-                Sent::Store(StoreError::Unavailable(format!(
-                    "store node {node} is busy with this tenant's calls"
-                )))
-            })?),
-            None => None,
-        };
-        let opts = CallOptions {
-            deadline: deadline.saturating_duration_since(tokio::time::Instant::now()),
-            ..self.inner.opts.clone()
-        };
-        match client.call(method, args, data, &opts).await {
-            Ok((payload, rest)) => {
-                let (given, reply) = split_window(&payload).map_err(Sent::Store)?;
-                if let Some(w) = &window {
-                    w.set_limit(given);
-                }
-                Ok((decode(reply).map_err(Sent::Store)?, rest))
-            }
-            Err(RpcError::Remote(w)) => match w.code {
-                WireCode::WrongNode { map_version } => Err(Sent::WrongNode(map_version)),
-                _ => Err(Sent::Store(w.into_store())),
-            },
-            Err(e @ (RpcError::Unavailable { .. } | RpcError::Timeout { .. })) => {
-                Err(Sent::Store(StoreError::Unavailable(e.to_string())))
-            }
-            Err(e @ RpcError::Protocol { .. }) => {
-                Err(Sent::Store(StoreError::Engine(e.to_string())))
-            }
-        }
+        let map = self.map();
+        let name = call.name();
+        let (args, window, _) = self.envelope(call, &map, node)?;
+        self.exchange(node, name, args, None, window, deadline)
+            .await
+            .map(|(reply, _)| reply)
+            .map_err(route::Sent::into_store)
+    }
+
+    /// Every node holding a replica of some partition, in name order.
+    fn nodes(&self) -> Vec<NodeId> {
+        let map = self.map();
+        let mut nodes: Vec<NodeId> = map
+            .partitions()
+            .flat_map(|p| map.replicas(p).iter().cloned())
+            .collect();
+        nodes.sort();
+        nodes.dedup();
+        nodes
     }
 
     /// Send `call` and keep only its reply.
@@ -263,17 +173,27 @@ impl RemoteStore {
         Ok(self.send(call, None).await?.0)
     }
 
-    /// `make()` sent to every node that owns partitions; their replies.
-    async fn each_node<T: DeserializeOwned>(&self, make: impl Fn() -> Call) -> StoreResult<Vec<T>> {
-        let calls = self
-            .owners()
-            .into_iter()
-            .map(|(node, _)| {
-                let call = make();
-                async move { self.call_node::<T>(&node, call).await }
-            })
-            .collect::<Vec<_>>();
-        futures::future::try_join_all(calls).await
+    /// [`RemoteStore::ask`], saying whether a failure came from a repeat
+    /// of the call after an attempt whose outcome is unknown.
+    async fn ask_routed<T: DeserializeOwned>(&self, call: Call) -> Result<T, route::Failed> {
+        let deadline = tokio::time::Instant::now() + self.inner.opts.deadline;
+        let target = route::target_of(&self.map(), &call).ok_or_else(|| route::Failed {
+            error: StoreError::InvalidArgument(format!("{} names its node", call.name())),
+            repeated: false,
+        })?;
+        let (reply, _) = self.send_routed(target, call, deadline).await?;
+        Ok(reply)
+    }
+
+    /// `make(partitions)` sent to the leaders of every partition, each
+    /// naming the partitions it answers for; their replies.
+    async fn each_partition<T: DeserializeOwned>(
+        &self,
+        make: impl Fn(Vec<PartitionId>) -> Call + Sync,
+    ) -> StoreResult<Vec<T>> {
+        let all: Vec<PartitionId> = self.map().partitions().collect();
+        let replies = self.fan_out(all, |p| *p, make).await?;
+        Ok(replies.into_iter().map(|(_, reply)| reply).collect())
     }
 
     /// The bucket, from the catalog (not the cache).
@@ -290,25 +210,49 @@ impl RemoteStore {
         Ok(b)
     }
 
-    /// DeleteBucket across nodes: seal the bucket on every node (each
-    /// checks, under its commit gate, that it holds none of its objects,
-    /// then refuses later writes into it), then remove its catalog record.
-    /// A node that is not empty (or does not answer) revives the bucket on
-    /// the nodes already sealed, and the delete fails with its error.
+    /// DeleteBucket across nodes: seal the bucket at the leader of every
+    /// partition (each checks, under its commit gate, that the partitions
+    /// it leads hold none of its objects, then refuses later writes into
+    /// it), then remove its catalog record. A partition that is not empty
+    /// (or a leader that cannot be reached in time) revives the bucket on
+    /// every node, and the delete fails with its error.
+    ///
+    /// A seal is the node's (an in-memory mark its commits check), not the
+    /// partition group's: a replica elected after the seal would not have
+    /// it. So with replicas, every node is sealed first without a check,
+    /// and only then are the leaders asked to check: a write committing
+    /// anywhere after that meets a seal, and one committed before it is
+    /// counted by the check. A node that cannot be reached fails the delete
+    /// (503): it could lead later without the seal. What this does not
+    /// cover: a node that restarts forgets its seals (as a single node
+    /// does; bucket ids are never reused, and a write into a deleted bucket
+    /// needs a gateway that still caches it, [`BUCKET_TTL`]).
     async fn delete_bucket_everywhere(&self, tenant: &TenantId, name: &str) -> StoreResult<()> {
         let b = self.fetch_bucket(tenant, name).await?;
-        let mut sealed = Vec::new();
-        for (node, _) in self.owners() {
-            let outcome: StoreResult<()> = self
-                .call_node(&node, Call::SealBucket { bucket: b.id })
-                .await;
-            match outcome {
-                Ok(()) => sealed.push(node),
-                Err(e) => {
-                    self.revive(b.id, &sealed).await;
-                    return Err(e);
-                }
+        let map = self.map();
+        let nodes = self.nodes();
+        if map.partitions().any(|p| map.replicas(p).len() > 1) {
+            let seals = nodes.iter().map(|node| {
+                let call = Call::SealBucket {
+                    bucket: b.id,
+                    partitions: Vec::new(),
+                };
+                self.call_node::<()>(node, call)
+            });
+            if let Err(e) = futures::future::try_join_all(seals).await {
+                self.revive(b.id, &nodes).await;
+                return Err(e);
             }
+        }
+        let checked: StoreResult<Vec<()>> = self
+            .each_partition(|partitions| Call::SealBucket {
+                bucket: b.id,
+                partitions,
+            })
+            .await;
+        if let Err(e) = checked {
+            self.revive(b.id, &nodes).await;
+            return Err(e);
         }
         let dropped: StoreResult<()> = self
             .ask(Call::DropBucket {
@@ -320,51 +264,46 @@ impl RemoteStore {
             .buckets
             .invalidate(&(tenant.clone(), name.to_string()));
         if let Err(e) = dropped {
-            self.revive(b.id, &sealed).await;
+            self.revive(b.id, &nodes).await;
             return Err(e);
         }
         Ok(())
     }
 
-    /// A bulk tag edit: the keys grouped by the node that holds their
-    /// partition, one call per node, the nodes in parallel.
+    /// A bulk tag edit: the keys grouped by partition, the partitions by
+    /// their leader, one call per leader, the leaders in parallel.
     async fn edit_tags_on_nodes(
         &self,
         bucket: &BucketInfo,
         keys: Vec<String>,
         edit: TagEdit,
     ) -> StoreResult<EditCounts> {
-        let map = self.map();
-        let mut by_node: std::collections::BTreeMap<NodeId, Vec<String>> = Default::default();
-        for key in keys {
-            let p = crate::hash::partition_of(bucket.id, key.as_bytes(), map.partition_count());
-            let node = map.owner(p).cloned().ok_or_else(|| {
-                StoreError::InvalidArgument(format!("no node holds partition {p}"))
-            })?;
-            by_node.entry(node).or_default().push(key);
-        }
-        let calls = by_node.into_iter().map(|(node, keys)| {
-            let call = Call::EditTags {
-                bucket: bucket.clone(),
-                keys,
-                edit: edit.clone(),
-            };
-            async move { self.call_node::<EditCounts>(&node, call).await }
-        });
-        let counts = futures::future::try_join_all(calls).await?;
+        let count = self.map().partition_count();
+        let part_of = |key: &String| crate::hash::partition_of(bucket.id, key.as_bytes(), count);
+        let make = |keys: Vec<String>| Call::EditTags {
+            bucket: bucket.clone(),
+            keys,
+            edit: edit.clone(),
+        };
+        let counts: Vec<(Vec<String>, EditCounts)> = self.fan_out(keys, part_of, make).await?;
         Ok(counts
             .into_iter()
+            .map(|(_, c)| c)
             .fold(EditCounts::default(), EditCounts::plus))
     }
 
+    /// Undo a seal on `nodes` (a seal that did not happen is undone
+    /// harmlessly). A node that cannot be reached keeps refusing writes
+    /// into the bucket until it restarts.
     async fn revive(&self, bucket: BucketId, nodes: &[NodeId]) {
-        for node in nodes {
+        let revivals = nodes.iter().map(|node| async move {
             let r: StoreResult<()> = self.call_node(node, Call::ReviveBucket { bucket }).await;
             if let Err(e) = r {
                 tracing::warn!(%node, bucket = bucket.0, error = %e,
-                    "could not revive a bucket after a failed delete; writes into it fail until the node restarts");
+                    "could not revive a bucket after a failed delete; if the node sealed it, writes into it fail there until it restarts");
             }
-        }
+        });
+        futures::future::join_all(revivals).await;
     }
 }
 
@@ -385,39 +324,6 @@ fn split_window(payload: &[u8]) -> StoreResult<(u32, &[u8])> {
         None => Err(StoreError::Engine(
             "a store node's answer without its window".into(),
         )),
-    }
-}
-
-/// The node `call` goes to under `map`.
-fn route_node(map: &PartitionMap, call: &Call) -> StoreResult<NodeId> {
-    let node = match call.route() {
-        Route::Catalog => map.catalog().first(),
-        Route::Object(bucket, key) => {
-            let p = crate::hash::partition_of(bucket, key.as_bytes(), map.partition_count());
-            map.owner(p)
-        }
-        Route::Named => None,
-    };
-    node.cloned()
-        .ok_or_else(|| StoreError::InvalidArgument(format!("no node to send {} to", call.name())))
-}
-
-/// How one exchange failed.
-enum Sent {
-    /// The node holds map version `.0` and not the partition.
-    WrongNode(u64),
-    /// Anything else.
-    Store(StoreError),
-}
-
-impl Sent {
-    fn into_store(self) -> StoreError {
-        match self {
-            Sent::WrongNode(v) => StoreError::Unavailable(format!(
-                "the partition moved (the node holds map version {v}); retry"
-            )),
-            Sent::Store(e) => e,
-        }
     }
 }
 
@@ -496,14 +402,18 @@ impl StoreClient for RemoteStore {
 
     fn bucket_usage(&self, bucket: BucketId) -> Fut<'_, Usage> {
         Box::pin(async move {
-            let parts = self.each_node(|| Call::BucketUsage { bucket }).await?;
+            let parts = self
+                .each_partition(|partitions| Call::BucketUsage { bucket, partitions })
+                .await?;
             Ok(sum_usage(parts))
         })
     }
 
     fn bucket_pending(&self, bucket: BucketId) -> Fut<'_, Pending> {
         Box::pin(async move {
-            let parts = self.each_node(|| Call::BucketPending { bucket }).await?;
+            let parts = self
+                .each_partition(|partitions| Call::BucketPending { bucket, partitions })
+                .await?;
             Ok(sum_pending(parts))
         })
     }
@@ -660,15 +570,29 @@ impl StoreClient for RemoteStore {
         cond: WriteCond,
         whole: Option<Checksum>,
     ) -> Fut<'a, ObjectInfo> {
-        let (bucket, key) = at(bucket, key);
-        Box::pin(self.ask(Call::CompleteMultipartUpload {
-            bucket,
-            key,
-            upload_id: upload_id.to_string(),
-            parts,
-            cond,
-            whole,
-        }))
+        Box::pin(async move {
+            let call = Call::CompleteMultipartUpload {
+                bucket: bucket.clone(),
+                key: key.to_string(),
+                upload_id: upload_id.to_string(),
+                parts: parts.clone(),
+                cond,
+                whole,
+            };
+            match self.ask_routed(call).await {
+                // A repeat after an attempt whose outcome is unknown finds
+                // no upload: that attempt completed it. Answer as S3
+                // answers a repeated completion.
+                Err(route::Failed {
+                    error: StoreError::NoSuchUpload,
+                    repeated: true,
+                }) => {
+                    self.repeated_completion(bucket, key, upload_id, &parts)
+                        .await
+                }
+                r => r.map_err(|f| f.error),
+            }
+        })
     }
 
     fn repeated_completion<'a>(
@@ -710,11 +634,22 @@ impl StoreClient for RemoteStore {
         upload_id: &'a str,
     ) -> Fut<'a, ()> {
         let (bucket, key) = at(bucket, key);
-        Box::pin(self.ask(Call::AbortMultipartUpload {
+        let call = Call::AbortMultipartUpload {
             bucket,
             key,
             upload_id: upload_id.to_string(),
-        }))
+        };
+        Box::pin(async move {
+            match self.ask_routed(call).await {
+                // A repeat after an attempt whose outcome is unknown finds
+                // no upload: that attempt aborted it.
+                Err(route::Failed {
+                    error: StoreError::NoSuchUpload,
+                    repeated: true,
+                }) => Ok(()),
+                r => r.map_err(|f| f.error),
+            }
+        })
     }
 
     fn upload_checksum<'a>(
@@ -756,9 +691,10 @@ impl StoreClient for RemoteStore {
     ) -> Fut<'a, UploadPage> {
         Box::pin(async move {
             let pages = self
-                .each_node(|| Call::ListMultipartUploads {
+                .each_partition(|partitions| Call::ListMultipartUploads {
                     bucket: bucket.clone(),
                     query: q.clone(),
+                    partitions,
                 })
                 .await?;
             Ok(list::merge_upload_pages(pages, q.max_uploads))

@@ -20,6 +20,7 @@ use http_body_util::combinators::UnsyncBoxBody;
 use hyper::body::Frame;
 use hyper::client::conn::http2::SendRequest;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 type ReqBody = UnsyncBoxBody<Bytes, std::io::Error>;
@@ -90,7 +91,10 @@ impl RpcClient {
                 None
             }
         };
-        let attempt = self.attempt(method, args, data, opts);
+        // Set once the request is handed to the connection: a failure
+        // after it leaves the call's outcome unknown.
+        let sent = AtomicBool::new(false);
+        let attempt = self.attempt(method, args, data, opts, &sent);
         tokio::pin!(attempt);
         let early = tokio::select! {
             r = &mut attempt => Some(r),
@@ -100,7 +104,7 @@ impl RpcClient {
             Some(r) => r?,
             None => tokio::time::timeout(opts.deadline, attempt)
                 .await
-                .map_err(|_| self.timeout(opts.deadline))??,
+                .map_err(|_| self.timeout(opts.deadline, sent.load(Ordering::Relaxed)))??,
         };
         match wire::decode_result(&payload) {
             Ok(Ok(reply)) => Ok((reply, with_stall(rest, opts.stall))),
@@ -115,18 +119,20 @@ impl RpcClient {
         args: Bytes,
         data: Option<BodyStream>,
         opts: &CallOptions,
+        sent: &AtomicBool,
     ) -> Result<(Bytes, BodyStream), RpcError> {
         // Connecting is bounded on its own: a call with a data stream
         // has no deadline until its stream is sent.
         let mut sender = tokio::time::timeout(opts.deadline, self.sender())
             .await
-            .map_err(|_| self.timeout(opts.deadline))??;
+            .map_err(|_| self.timeout(opts.deadline, false))??;
         let req = self.request(method, args, data)?;
+        sent.store(true, Ordering::Relaxed);
         let resp = match sender.send_request(req).await {
             Ok(r) => r,
             Err(e) => {
                 self.forget(&sender).await;
-                return Err(self.unavailable(e));
+                return Err(self.unavailable(e, true));
             }
         };
         let body: BodyStream = Box::pin(
@@ -136,10 +142,11 @@ impl RpcClient {
         wire::read_frame(body, opts.deadline)
             .await
             .map_err(|e| match e {
-                FrameError::Stalled => self.timeout(opts.deadline),
+                FrameError::Stalled => self.timeout(opts.deadline, true),
                 FrameError::Io(why) => RpcError::Unavailable {
                     addr: self.addr.clone(),
                     why,
+                    sent: true,
                 },
                 other => self.protocol(format!("{other:?}")),
             })
@@ -175,7 +182,7 @@ impl RpcClient {
         }
         let tcp = tokio::net::TcpStream::connect(&self.addr)
             .await
-            .map_err(|e| self.unavailable(e))?;
+            .map_err(|e| self.unavailable(e, false))?;
         let _ = tcp.set_nodelay(true);
         let (sender, connection) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
             .timer(TokioTimer::new())
@@ -185,7 +192,7 @@ impl RpcClient {
             .adaptive_window(true)
             .handshake(TokioIo::new(tcp))
             .await
-            .map_err(|e| self.unavailable(e))?;
+            .map_err(|e| self.unavailable(e, false))?;
         let addr = self.addr.clone();
         tokio::spawn(async move {
             if let Err(e) = connection.await {
@@ -208,17 +215,21 @@ impl RpcClient {
         }
     }
 
-    fn unavailable(&self, e: impl std::fmt::Display) -> RpcError {
+    /// The node unreachable; `sent`: after the request went out.
+    fn unavailable(&self, e: impl std::fmt::Display, sent: bool) -> RpcError {
         RpcError::Unavailable {
             addr: self.addr.clone(),
             why: e.to_string(),
+            sent,
         }
     }
 
-    fn timeout(&self, d: Duration) -> RpcError {
+    /// No answer within `d`; `sent`: after the request went out.
+    fn timeout(&self, d: Duration, sent: bool) -> RpcError {
         RpcError::Timeout {
             addr: self.addr.clone(),
             ms: u64::try_from(d.as_millis()).unwrap_or(u64::MAX),
+            sent,
         }
     }
 

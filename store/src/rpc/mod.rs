@@ -52,6 +52,10 @@ pub enum RpcError {
         addr: String,
         /// What happened.
         why: String,
+        /// Whether the call may have reached the node (the connection
+        /// broke after the request went out: its outcome is unknown).
+        /// `false`: it never left this process (no connection).
+        sent: bool,
     },
     /// The node did not answer (or its body stalled) within the deadline.
     #[error("store node {addr} did not answer within {ms} ms")]
@@ -60,6 +64,9 @@ pub enum RpcError {
         addr: String,
         /// The deadline that passed.
         ms: u64,
+        /// Whether the call may have reached the node (`false`: the
+        /// deadline passed while connecting, so it never left).
+        sent: bool,
     },
     /// The node answered with an error.
     #[error("{0}")]

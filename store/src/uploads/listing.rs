@@ -199,58 +199,19 @@ impl Store {
         bucket: &BucketInfo,
         q: &UploadQuery,
     ) -> StoreResult<UploadPage> {
-        let start = start_key(bucket.id, q);
-        let end =
-            prefix_successor(&multipart::upload_prefix(bucket.id, &q.prefix)).unwrap_or_default();
-        let parts = self.partitions().len().max(1);
-        // About each partition's share of the page, plus one to see past it.
-        let batch = (q.max_uploads + 1).div_ceil(parts).clamp(2, 1001);
-        let mut cursors: Vec<Cursor<'_>> = self
-            .partitions()
-            .iter()
-            .map(|p| Cursor {
-                part: p,
-                from: start.clone(),
-                end: end.clone(),
-                batch,
-                buf: VecDeque::new(),
-                exhausted: false,
-            })
-            .collect();
-        let mut page = UploadPage::default();
-        while let Some(i) = smallest(&mut cursors)? {
-            let Some((_, u)) = cursors[i].buf.pop_front() else {
-                break;
-            };
-            if !after(q, &u) {
-                continue;
-            }
-            let entry = match rolled_up(q, &u.key) {
-                Some(cp) => {
-                    // Nothing under this prefix can be listed again: seek
-                    // past it in this partition.
-                    let past = prefix_successor(&multipart::upload_prefix(bucket.id, &cp));
-                    cursors[i].skip_to(&past.unwrap_or_else(|| end.clone()));
-                    if q.key_marker.as_deref().is_some_and(|k| cp.as_str() <= k) {
-                        // A prefix sorts where it starts: at or before the
-                        // marker it was listed already (a truncated page
-                        // ending in a prefix names it as NextKeyMarker).
-                        continue;
-                    }
-                    UploadEntry::Prefix(cp)
-                }
-                None => UploadEntry::Upload(u),
-            };
-            if matches!(entry, UploadEntry::Prefix(_)) && page.entries.last() == Some(&entry) {
-                continue; // the same prefix, from another partition
-            }
-            if page.entries.len() == q.max_uploads {
-                page.truncated = true;
-                break;
-            }
-            page.entries.push(entry);
-        }
-        Ok(page)
+        uploads_page(self.partitions(), bucket, q)
+    }
+
+    /// [`Store::list_multipart_uploads`] over partitions `ids` only (a
+    /// cluster node answers for the partitions it leads; the client
+    /// merges the pages).
+    pub fn list_multipart_uploads_in(
+        &self,
+        bucket: &BucketInfo,
+        q: &UploadQuery,
+        ids: &[crate::ids::PartitionId],
+    ) -> StoreResult<UploadPage> {
+        uploads_page(&self.partitions_in(ids)?, bucket, q)
     }
 
     /// Abort every upload created before `cutoff_ms`; how many. Their
@@ -341,4 +302,62 @@ async fn abort_older(
         }
     }
     Ok(n)
+}
+
+/// One page of the uploads of `bucket` merged over `partitions`.
+fn uploads_page(
+    partitions: &[Arc<Partition>],
+    bucket: &BucketInfo,
+    q: &UploadQuery,
+) -> StoreResult<UploadPage> {
+    let start = start_key(bucket.id, q);
+    let end = prefix_successor(&multipart::upload_prefix(bucket.id, &q.prefix)).unwrap_or_default();
+    let parts = partitions.len().max(1);
+    // About each partition's share of the page, plus one to see past it.
+    let batch = (q.max_uploads + 1).div_ceil(parts).clamp(2, 1001);
+    let mut cursors: Vec<Cursor<'_>> = partitions
+        .iter()
+        .map(|p| Cursor {
+            part: p,
+            from: start.clone(),
+            end: end.clone(),
+            batch,
+            buf: VecDeque::new(),
+            exhausted: false,
+        })
+        .collect();
+    let mut page = UploadPage::default();
+    while let Some(i) = smallest(&mut cursors)? {
+        let Some((_, u)) = cursors[i].buf.pop_front() else {
+            break;
+        };
+        if !after(q, &u) {
+            continue;
+        }
+        let entry = match rolled_up(q, &u.key) {
+            Some(cp) => {
+                // Nothing under this prefix can be listed again: seek
+                // past it in this partition.
+                let past = prefix_successor(&multipart::upload_prefix(bucket.id, &cp));
+                cursors[i].skip_to(&past.unwrap_or_else(|| end.clone()));
+                if q.key_marker.as_deref().is_some_and(|k| cp.as_str() <= k) {
+                    // A prefix sorts where it starts: at or before the
+                    // marker it was listed already (a truncated page
+                    // ending in a prefix names it as NextKeyMarker).
+                    continue;
+                }
+                UploadEntry::Prefix(cp)
+            }
+            None => UploadEntry::Upload(u),
+        };
+        if matches!(entry, UploadEntry::Prefix(_)) && page.entries.last() == Some(&entry) {
+            continue; // the same prefix, from another partition
+        }
+        if page.entries.len() == q.max_uploads {
+            page.truncated = true;
+            break;
+        }
+        page.entries.push(entry);
+    }
+    Ok(page)
 }
