@@ -515,3 +515,35 @@ def test_a_store_node_that_lost_its_disk_comes_back_and_nothing_is_lost(nemesis,
     nemesis.restart(name)
     nemesis.writes_succeed("disk-loss-back")
     nemesis.verify("disk-loss")
+    # Fully replicated again: every group has a leader, and the wiped
+    # node holds a replica of each of its groups that has applied all
+    # its leader's log (`laneway cluster status`).
+    poll(lambda: fully_replicated(cluster), READ_DEADLINE_S, interval=1.0,
+         what=f"every group of {name} caught up (laneway cluster status)")
+
+
+def cluster_status(cluster) -> dict:
+    cmd = [str(cluster.cmd[0]), "cluster", "status", "--file", str(cluster.dir / "cluster.toml"), "--json"]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=cluster.env, timeout=60)
+    return json.loads(out.stdout)
+
+
+def fully_replicated(cluster) -> bool:
+    groups = cluster_status(cluster)["groups"]
+    return bool(groups) and all(
+        g["leader"] and all(r["up"] and r["lag"] == 0 for r in g["replicas"]) for g in groups
+    )
+
+
+def test_cluster_status_names_every_groups_leader_and_replicas(cluster):
+    """`laneway cluster status --json`: the catalog's group and one per
+    partition, each with a leader among its three replicas, all up."""
+    poll(lambda: fully_replicated(cluster), READ_DEADLINE_S, interval=1.0, what="every group healthy")
+    groups = cluster_status(cluster)["groups"]
+    assert [g["group"] for g in groups][:2] == ["catalog", "p0000"], groups
+    assert len(groups) == 1 + 8
+    for g in groups:
+        nodes = [r["node"] for r in g["replicas"]]
+        assert sorted(nodes) == ["store-1", "store-2", "store-3"], g
+        assert g["leader"] in nodes and g["health"] == "ok", g
+        assert sum(1 for r in g["replicas"] if r["leader"]) == 1, g

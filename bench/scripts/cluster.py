@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Cluster benchmarks of docs/benchmarks.md ("Cluster"), in one run.
 
-    bench/scripts/cluster.py [compare|fairness|all]
+    bench/scripts/cluster.py [compare|fairness|replicas|all]
 
 compare: `laneway serve` and a cluster of one gateway and three store
 nodes (`laneway gateway` + `laneway store`, loopback), each fresh in its
@@ -11,6 +11,12 @@ filled with `laneway-bench fill`. For every measurement the server CPU
 (utime + stime from /proc/PID/stat, read before and after the bench
 process) is split by role: the gateway process, and the store node
 processes summed (for `serve` the one process is both).
+
+replicas: a cluster of one gateway and three store nodes at RF 1, then
+the same at RF 3 (every partition and the catalog a Raft group on all
+three nodes), measured as compare measures; then, at RF 3, the failover
+time: SIGKILL of the node leading the most groups under a PUT loop, and
+per key the time to its first acknowledged PUT.
 
 fairness: a cluster of two gateways and three store nodes; tenant a
 (weight 1) has its workers dealt over both gateways, tenant b (weight 3)
@@ -38,6 +44,7 @@ Needs the release binaries (cargo build --release -p laneway-gateway -p
 laneway-bench).
 """
 
+import json
 import os
 import re
 import secrets
@@ -164,12 +171,14 @@ def serve(port):
     return s
 
 
-def cluster(port, gateways, extra_gateway_args=()):
+def cluster(port, gateways, extra_gateway_args=(), replicas=1):
     """Store nodes on port+10.., gateways on port, port+2, ... (admin +1)."""
-    s = Setup(f"cluster{gateways}")
+    s = Setup(f"cluster{gateways}" if replicas == 1 else f"rf{replicas}")
     cfile = os.path.join(s.dir, "cluster.toml")
+    s.cluster_file = cfile
     subprocess.run([LANEWAY, "cluster", "init", "--file", cfile, "--store-nodes", "3",
-                    "--base-port", str(port + 10), "--partitions", "16"],
+                    "--base-port", str(port + 10), "--partitions", "16",
+                    "--replicas", str(replicas)],
                    check=True, stdout=subprocess.DEVNULL)
     for i in range(1, 4):
         s.procs.append(Proc("store", [LANEWAY, "store", "--data-dir", f"{s.dir}/store-{i}",
@@ -253,79 +262,151 @@ def report_perf(setup, perf):
 
 
 def compare():
-    results = {}
     makers = [lambda: serve(PORT), lambda: cluster(PORT, 1)]
     if os.environ.get("ORDER") == "cluster-first":
         makers.reverse()
+    results = measure_all(makers)
+    print_compare(results, "serve", "cluster1",
+                  "serve vs cluster (1 gateway + 3 store nodes), server side on one CPU")
+
+
+def replicas():
+    """A cluster of 1 gateway and 3 store nodes at RF 1, then the same at
+    RF 3, measured alike; then the failover time at RF 3."""
+    makers = [lambda: cluster(PORT, 1, replicas=1), lambda: cluster(PORT, 1, replicas=3)]
+    results = measure_all(makers)
+    print_compare(results, "cluster1", "rf3",
+                  "RF 1 vs RF 3 (1 gateway + 3 store nodes), server side on one CPU")
+    failover(cluster(PORT, 1, replicas=3))
+
+
+def failover(s):
+    """SIGKILL the store node that leads the most groups while a PUT loop
+    runs; per key (64 keys over the 16 partitions), the time from the kill
+    to its first acknowledged PUT; the slowest key is the failover time of
+    the slowest partition. Every PUT is retried at once on failure."""
+    try:
+        import boto3
+        from botocore.config import Config
+        s3 = boto3.client("s3", endpoint_url=s.s3[0], region_name="us-east-1",
+                          aws_access_key_id=ACCESS, aws_secret_access_key=SECRET,
+                          config=Config(retries={"total_max_attempts": 1}, connect_timeout=5,
+                                        read_timeout=10))
+        s3.create_bucket(Bucket="failover")
+        keys = [f"k{i:03d}" for i in range(64)]
+        for k in keys:
+            s3.put_object(Bucket="failover", Key=k, Body=b"x" * 4096)
+        status = subprocess.run([LANEWAY, "cluster", "status", "--file", s.cluster_file, "--json"],
+                                capture_output=True, text=True)
+        groups = json.loads(status.stdout)["groups"]
+        leads = {}
+        for g in groups:
+            if g["leader"]:
+                leads[g["leader"]] = leads.get(g["leader"], 0) + 1
+        victim = max(leads, key=leads.get)
+        proc = next(p for p in s.procs if p.role == "store" and f"--node {victim}" in " ".join(p.p.args))
+        proc.p.kill()
+        killed = time.monotonic()
+        first_ok = {}
+        failures = 0
+        while len(first_ok) < len(keys) and time.monotonic() - killed < 60:
+            for k in keys:
+                if k in first_ok:
+                    continue
+                try:
+                    s3.put_object(Bucket="failover", Key=k, Body=b"y" * 4096)
+                    first_ok[k] = time.monotonic() - killed
+                except Exception:
+                    failures += 1
+        took = sorted(first_ok.values())
+        print(f"## rf3 failover: SIGKILL of {victim} (leader of {leads[victim]} of {len(groups)} groups)")
+        if took:
+            print(f"# keys written again: {len(took)}/{len(keys)}; time from the kill to the first "
+                  f"acknowledged PUT: median {took[len(took) // 2]:.2f} s, slowest {took[-1]:.2f} s; "
+                  f"{failures} failed attempts meanwhile")
+        sys.stdout.flush()
+    finally:
+        s.close()
+
+
+def measure_all(makers):
+    """Each set-up made, measured (measure), closed, one after the other."""
+    results = {}
     for make in makers:
         s = make()
         try:
-            ep = s.s3[0]
-            common = ["--endpoint", ep, "--concurrency", str(CONC), "--objects", "1000"]
-            # Key space for GET (the bench PUTs every key first), with an
-            # unmeasured 2 s GET warm-up.
-            bench(s, ["get", *common, "--bucket", "get", "--warmup", "0",
-                      "--duration", "2"], quiet=True)
-            res = {}
-            perf = start_perf(s) if s.name != "serve" else None
-            out, cpu, _ = bench(s, ["get", *common, "--bucket", "get", "--no-prepare",
-                                    "--warmup", "0", "--duration", str(DURATION)])
-            res["get"] = (summary_row(out, "get"), cpu)
-            if perf:
-                report_perf(s, perf)
-            # One request in flight: the p50 without queueing, i.e. the
-            # hop's own latency when compared with serve.
-            out, cpu, _ = bench(s, ["get", "--endpoint", ep, "--concurrency", "1",
-                                    "--objects", "1000", "--bucket", "get", "--no-prepare",
-                                    "--warmup", "0", "--duration", "5"])
-            res["get1"] = (summary_row(out, "get"), cpu)
-            # Durable PUTs of new keys (every PUT is fsynced, group commit).
-            out, cpu, _ = bench(s, ["put", "--endpoint", ep, "--concurrency", str(CONC),
-                                    "--objects", "1000000", "--bucket", "put", "--warmup", "0",
-                                    "--duration", str(DURATION)])
-            res["put"] = (summary_row(out, "put"), cpu)
-            # LIST: fill (stopped after FILL_LIMIT s), then walks.
-            fill_args = ["fill", "--endpoint", ep, "--bucket", "list", "--objects", str(FILL),
-                         "--concurrency", "64"]
-            env = {**os.environ, "AWS_ACCESS_KEY_ID": ACCESS, "AWS_SECRET_ACCESS_KEY": SECRET}
-            t = time.time()
-            try:
-                r = subprocess.run(LOADER_CPU + [BENCH] + fill_args, env=env,
-                                   capture_output=True, text=True, timeout=FILL_LIMIT)
-                fill_out = r.stdout
-                print(f"## {s.name}: laneway-bench {' '.join(fill_args)} ({time.time() - t:.0f} s)")
-                print("\n".join(l for l in fill_out.splitlines() if not l.startswith("#")))
-            except subprocess.TimeoutExpired:
-                print(f"## {s.name}: fill stopped after {FILL_LIMIT} s (limit)")
-            sys.stdout.flush()
-            out, cpu, _ = bench(s, ["list", "--endpoint", ep, "--bucket", "list", "--rounds", "3",
-                                    "--first-page-samples", "20"])
-            keys = sum(int(k) for k in re.findall(r"^round \d+: (\d+) keys", out, re.M))
-            secs = sum(float(x) for x in re.findall(r"pages, ([\d.]+)s,", out))
-            pages = sum(int(k) for k in re.findall(r"in (\d+) pages", out))
-            page_p50 = re.findall(r"page p50 ([\d.]+) ms", out)
-            res["list"] = ((keys, keys / max(secs, 1e-9),
-                            float(page_p50[len(page_p50) // 2]) if page_p50 else 0.0), cpu, pages)
-            results[s.name] = res
+            results[s.name] = measure(s)
         finally:
             s.close()
-    print_compare(results)
+    return results
 
 
-def print_compare(results):
-    a, b = results.get("serve"), results.get("cluster1")
+def measure(s):
+    """GET (32 in flight, then 1), durable PUT and a LIST walk of one
+    set-up: {op: ((ops, ops/s, p50 ms), cpu by role[, pages])}."""
+    ep = s.s3[0]
+    common = ["--endpoint", ep, "--concurrency", str(CONC), "--objects", "1000"]
+    # Key space for GET (the bench PUTs every key first), with an
+    # unmeasured 2 s GET warm-up.
+    bench(s, ["get", *common, "--bucket", "get", "--warmup", "0",
+              "--duration", "2"], quiet=True)
+    res = {}
+    perf = start_perf(s) if s.name != "serve" else None
+    out, cpu, _ = bench(s, ["get", *common, "--bucket", "get", "--no-prepare",
+                            "--warmup", "0", "--duration", str(DURATION)])
+    res["get"] = (summary_row(out, "get"), cpu)
+    if perf:
+        report_perf(s, perf)
+    # One request in flight: the p50 without queueing, i.e. the
+    # hop's own latency when compared with serve.
+    out, cpu, _ = bench(s, ["get", "--endpoint", ep, "--concurrency", "1",
+                            "--objects", "1000", "--bucket", "get", "--no-prepare",
+                            "--warmup", "0", "--duration", "5"])
+    res["get1"] = (summary_row(out, "get"), cpu)
+    # Durable PUTs of new keys (every PUT is fsynced, group commit).
+    out, cpu, _ = bench(s, ["put", "--endpoint", ep, "--concurrency", str(CONC),
+                            "--objects", "1000000", "--bucket", "put", "--warmup", "0",
+                            "--duration", str(DURATION)])
+    res["put"] = (summary_row(out, "put"), cpu)
+    # LIST: fill (stopped after FILL_LIMIT s), then walks.
+    fill_args = ["fill", "--endpoint", ep, "--bucket", "list", "--objects", str(FILL),
+                 "--concurrency", "64"]
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": ACCESS, "AWS_SECRET_ACCESS_KEY": SECRET}
+    t = time.time()
+    try:
+        r = subprocess.run(LOADER_CPU + [BENCH] + fill_args, env=env,
+                           capture_output=True, text=True, timeout=FILL_LIMIT)
+        fill_out = r.stdout
+        print(f"## {s.name}: laneway-bench {' '.join(fill_args)} ({time.time() - t:.0f} s)")
+        print("\n".join(l for l in fill_out.splitlines() if not l.startswith("#")))
+    except subprocess.TimeoutExpired:
+        print(f"## {s.name}: fill stopped after {FILL_LIMIT} s (limit)")
+    sys.stdout.flush()
+    out, cpu, _ = bench(s, ["list", "--endpoint", ep, "--bucket", "list", "--rounds", "3",
+                            "--first-page-samples", "20"])
+    keys = sum(int(k) for k in re.findall(r"^round \d+: (\d+) keys", out, re.M))
+    secs = sum(float(x) for x in re.findall(r"pages, ([\d.]+)s,", out))
+    pages = sum(int(k) for k in re.findall(r"in (\d+) pages", out))
+    page_p50 = re.findall(r"page p50 ([\d.]+) ms", out)
+    res["list"] = ((keys, keys / max(secs, 1e-9),
+                    float(page_p50[len(page_p50) // 2]) if page_p50 else 0.0), cpu, pages)
+    return res
+
+
+def print_compare(results, first, second, title):
+    a, b = results.get(first), results.get(second)
     if not a or not b:
         return
-    print("\n# compare: serve vs cluster (1 gateway + 3 store nodes), server side on one CPU")
+    print(f"\n# compare: {title}")
     print("# get1: GET with one request in flight (latency without queueing); list: keys/s")
-    print(f"{'op':<5} {'serve ops/s':>12} {'cluster ops/s':>14} {'ratio':>6} "
-          f"{'serve p50':>10} {'cluster p50':>12} {'hop p50':>8}  cpu per op (serve | cluster)")
+    print(f"{'op':<5} {first + ' ops/s':>14} {second + ' ops/s':>14} {'ratio':>6} "
+          f"{first + ' p50':>12} {second + ' p50':>12} {'diff p50':>8}  cpu per op ({first} | {second})")
     for op in ("get", "get1", "put", "list"):
         (ao, ar, ap), acpu = a[op][0], a[op][1]
         (bo, br, bp), bcpu = b[op][0], b[op][1]
         per, unit = (1000, "1000 keys (p50: per page)") if op == "list" else (1, "op")
         ratio = 100 * br / max(ar, 1e-9)
-        print(f"{op:<5} {ar:>12.0f} {br:>14.0f} {ratio:>5.0f}% {ap:>9.3f}m {bp:>11.3f}m "
+        print(f"{op:<5} {ar:>14.0f} {br:>14.0f} {ratio:>5.0f}% {ap:>11.3f}m {bp:>11.3f}m "
               f"{bp - ap:>+7.3f}m  {cpu_text(acpu, ao, per)} | {cpu_text(bcpu, bo, per)} "
               f"(per {unit})")
     (bo, _, _), bcpu = b["get"][0], b["get"][1]
@@ -365,6 +446,8 @@ def main():
         compare()
     if what in ("fairness", "all"):
         fairness()
+    if what in ("replicas", "all"):
+        replicas()
 
 
 if __name__ == "__main__":

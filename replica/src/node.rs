@@ -132,3 +132,70 @@ fn members(file: &ClusterFile, nodes: &[NodeId]) -> Result<BTreeMap<u64, BasicNo
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    const FILE: &str = r#"
+format = 1
+partitions = 2
+replicas = 3
+secret_file = "s.secret"
+
+[[nodes]]
+id = "a"
+rpc = "127.0.0.1:9101"
+
+[[nodes]]
+id = "b"
+rpc = "127.0.0.1:9102"
+
+[[nodes]]
+id = "c"
+rpc = "127.0.0.1:9103"
+
+[[nodes]]
+id = "d"
+rpc = "127.0.0.1:9104"
+
+[map]
+version = 1
+catalog = ["a", "b", "c"]
+partitions = [["a", "b", "c"], ["b", "c", "d"]]
+"#;
+
+    fn node(n: &str) -> NodeId {
+        NodeId::parse(n).expect("id")
+    }
+
+    #[test]
+    fn each_group_has_the_maps_replicas_at_their_rpc_addresses() {
+        let file = ClusterFile::parse(Path::new("/x/cluster.toml"), FILE).expect("parse");
+        let specs = Specs::of(&file, &node("d")).expect("specs");
+        assert!(specs.catalog.is_none(), "d holds no catalog replica");
+        let p1 = specs.of_partition(PartitionId(1));
+        assert_eq!(p1.me, node("d").raft_id());
+        let addrs: Vec<(u64, String)> = p1
+            .members
+            .iter()
+            .map(|(id, n)| (*id, n.addr.clone()))
+            .collect();
+        let mut want: Vec<(u64, String)> = [("b", 9102), ("c", 9103), ("d", 9104)]
+            .iter()
+            .map(|(n, port)| (node(n).raft_id(), format!("127.0.0.1:{port}")))
+            .collect();
+        want.sort();
+        assert_eq!(addrs, want);
+        assert!(
+            specs.of_partition(PartitionId(7)).members.is_empty(),
+            "a partition past the map has no members"
+        );
+
+        let specs = Specs::of(&file, &node("a")).expect("specs");
+        let catalog = specs.catalog.expect("a holds a catalog replica");
+        assert_eq!(catalog.members.len(), 3);
+        assert!(catalog.members.contains_key(&node("a").raft_id()));
+    }
+}

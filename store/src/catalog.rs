@@ -98,9 +98,9 @@ impl Catalog {
         std::fs::create_dir_all(&path)?;
         let index: Arc<dyn MetaIndex> = Arc::from(open_index(engine, &path)?);
         let group = match groups {
-            Some(r) => r
-                .0
-                .open_catalog(Arc::clone(&index), &dir.join("catalog-raft"))?,
+            Some(r) => {
+                r.0.open_catalog(Arc::clone(&index), &dir.join("catalog-raft"))?
+            }
             None => None,
         };
         Ok(Catalog {

@@ -136,10 +136,13 @@ pub fn join(
     file: &ClusterFile,
     reports: &BTreeMap<NodeId, Option<Vec<GroupReport>>>,
 ) -> Vec<GroupView> {
-    let names: BTreeMap<u64, &NodeId> = file.nodes.iter().map(|n| (n.id.raft_id(), &n.id)).collect();
+    let names: BTreeMap<u64, &NodeId> =
+        file.nodes.iter().map(|n| (n.id.raft_id(), &n.id)).collect();
     let map = &file.map;
     let catalog = std::iter::once(("catalog".to_string(), map.catalog().to_vec()));
-    let partitions = map.partitions().map(|p| (p.to_string(), map.replicas(p).to_vec()));
+    let partitions = map
+        .partitions()
+        .map(|p| (p.to_string(), map.replicas(p).to_vec()));
     catalog
         .chain(partitions)
         .map(|(group, members)| view(group, &members, reports, &names))
@@ -254,7 +257,10 @@ fn replica_cell(r: &ReplicaView) -> String {
         return format!("{} down", r.node);
     }
     let star = if r.leader { "*" } else { "" };
-    format!("{}{star} {}/{} lag {}", r.node, r.last_log, r.applied, r.lag)
+    format!(
+        "{}{star} {}/{} lag {}",
+        r.node, r.last_log, r.applied, r.lag
+    )
 }
 
 fn fail(msg: &str, code: ExitCode) -> ExitCode {
@@ -277,7 +283,14 @@ mod tests {
         ClusterFile::parse(std::path::Path::new("c.toml"), text).expect("parse")
     }
 
-    fn report(group: &str, me: &str, leader: &str, term: u64, log: u64, applied: u64) -> GroupReport {
+    fn report(
+        group: &str,
+        me: &str,
+        leader: &str,
+        term: u64,
+        log: u64,
+        applied: u64,
+    ) -> GroupReport {
         let id = |n: &str| NodeId::parse(n).expect("id").raft_id();
         GroupReport {
             group: group.into(),
@@ -351,6 +364,9 @@ mod tests {
         let groups = join(&f, &reports);
         assert_eq!(groups[1].health, "no-leader");
         assert_eq!(groups[1].leader, None);
-        assert_eq!(groups[0].health, "no-leader", "no node reported the catalog");
+        assert_eq!(
+            groups[0].health, "no-leader",
+            "no node reported the catalog"
+        );
     }
 }

@@ -15,9 +15,9 @@
 //! store open: `laneway store node ID listening on rpc://ADDR`.
 
 use clap::Args;
-use laneway_store::cluster::{FileMapSource, MapSource, NodeId};
 use laneway_replica::net::Split;
 use laneway_replica::node::NodeReplication;
+use laneway_store::cluster::{FileMapSource, MapSource, NodeId};
 use laneway_store::node::NodeService;
 use laneway_store::node::lanes::NodeLanes;
 use laneway_store::remote::RemoteStore;
