@@ -206,8 +206,9 @@ def test_a_stopped_store_container_leaves_every_object_readable_and_writable(pro
     """Three replicas (the compose default): with any one store node down,
     every object stays readable and writable through both gateways, and
     nothing is lost when it comes back. store-1 is the first catalog
-    replica (the one that started its groups' first elections)."""
-    clients = [s3_client(project.endpoint(g), ACCESS_KEY, SECRET_KEY) for g in (0, 1)]
+    replica (the one that started its groups' first elections). Clients
+    retry as the SDKs do by default (three attempts in standard mode)."""
+    clients = [s3_client(project.endpoint(g), ACCESS_KEY, SECRET_KEY, attempts=3) for g in (0, 1)]
     bucket = unique_bucket_name("compose-stop")
     clients[0].create_bucket(Bucket=bucket)
     objects = {f"k/{i:02d}": os.urandom(512 + i) for i in range(32)}

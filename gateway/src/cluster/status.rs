@@ -294,6 +294,7 @@ mod tests {
         let id = |n: &str| NodeId::parse(n).expect("id").raft_id();
         GroupReport {
             group: group.into(),
+            partition: None,
             status: GroupStatus {
                 me: id(me),
                 leader: Some(id(leader)),

@@ -108,6 +108,7 @@ pub async fn run(args: StoreArgs) -> Result<(), NodeError> {
     start_compactor(&store, replication.is_some());
     let map: Arc<dyn MapSource> = map_source.clone();
     let cluster = RemoteStore::new(&file, Arc::clone(&map), CallOptions::default())?;
+    let _watch = cluster.watch_leaders(std::time::Duration::from_secs(1));
     let node_lanes = NodeLanes::new(laneway_store::node::lanes::node_lanes_config());
     let lanes_view = node_lanes.lanes().clone();
     let service = NodeService::new(

@@ -182,6 +182,8 @@ async fn run_gateway(cfg: &ServeConfig, cluster: &std::path::Path) -> Result<(),
     };
     let opts = laneway_store::rpc::CallOptions::default();
     let remote = laneway_store::remote::RemoteStore::open(cluster, opts)?;
+    // Keeps routing to new leaders warm (replicated clusters only).
+    let _watch = remote.watch_leaders(std::time::Duration::from_secs(1));
     let secret = laneway_store::cluster::ClusterFile::load(cluster)
         .and_then(|f| f.read_secret())
         .map_err(|e| StoreError::Layout(e.to_string()))?;

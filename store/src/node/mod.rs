@@ -360,11 +360,13 @@ impl Inner {
     fn groups(&self) -> Vec<proto::GroupReport> {
         let catalog = self.store.catalog_group().map(|g| proto::GroupReport {
             group: "catalog".into(),
+            partition: None,
             status: g.status(),
         });
         let partitions = self.store.partitions().iter().filter_map(|p| {
             p.group().map(|g| proto::GroupReport {
                 group: p.id().to_string(),
+                partition: Some(p.id()),
                 status: g.status(),
             })
         });

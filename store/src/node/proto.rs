@@ -358,8 +358,10 @@ pub enum Call {
 /// One replication group at one node (`laneway cluster status`).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct GroupReport {
-    /// `catalog`, or the partition (`p3`).
+    /// `catalog`, or the partition (`p0003`).
     pub group: String,
+    /// The partition (`None`: the catalog's group).
+    pub partition: Option<crate::ids::PartitionId>,
     /// The group's state at this replica.
     pub status: crate::replication::GroupStatus,
 }

@@ -17,7 +17,7 @@ use crate::ids::PartitionId;
 use parking_lot::Mutex;
 
 /// What a call is sent to: one partition's group, or the catalog's.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(super) enum Target {
     /// A partition's replicas.
     Partition(PartitionId),

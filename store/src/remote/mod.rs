@@ -25,6 +25,7 @@
 mod leaders;
 mod list;
 mod route;
+mod watch;
 mod window;
 
 use crate::client::{Fut, StoreClient};
@@ -146,7 +147,18 @@ impl RemoteStore {
         node: &NodeId,
         call: Call,
     ) -> StoreResult<T> {
-        let deadline = tokio::time::Instant::now() + self.inner.opts.deadline;
+        self.call_node_within(node, call, self.inner.opts.deadline)
+            .await
+    }
+
+    /// [`RemoteStore::call_node`] with a deadline of its own.
+    pub async fn call_node_within<T: DeserializeOwned>(
+        &self,
+        node: &NodeId,
+        call: Call,
+        within: Duration,
+    ) -> StoreResult<T> {
+        let deadline = tokio::time::Instant::now() + within;
         let map = self.map();
         let name = call.name();
         let (args, window, _) = self.envelope(call, &map, node)?;

@@ -1,0 +1,133 @@
+//! Leader watch: a gateway keeps its leader cache ([`super::leaders`])
+//! warm by asking every store node, once a second, which groups it leads
+//! (`Call::Groups`).
+//!
+//! Hints alone teach the cache only at a cost: a call that meets a
+//! replica that does not lead is sent again, and a call with a body (a
+//! PUT, an upload part), which cannot be sent again, answers 503. Without
+//! the watch, a new gateway would pay that once per partition, and after
+//! a failover every partition whose leader moved would too; on a network
+//! where a dead host does not refuse but stays silent, each such call
+//! would first wait out its deadline. With it, a new leader is known here
+//! within about a second of its election, and bodies go straight to it.
+//!
+//! Only a node's claim about itself is taken (a replica that says it
+//! leads), and of two claims the one of the higher term (a deposed leader
+//! that has not heard of its successor yet still claims its old term).
+//! A node that does not answer within the round's deadline is skipped for
+//! that round.
+
+use super::RemoteStore;
+use super::leaders::Target;
+use crate::node::proto::{Call, GroupReport};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+impl RemoteStore {
+    /// Refresh the leader cache every `every` (each node's answer due
+    /// within it) while this client lives, if the map has groups of more
+    /// than one replica; `None` (no task) otherwise. Call from within a
+    /// tokio runtime.
+    pub fn watch_leaders(&self, every: Duration) -> Option<tokio::task::JoinHandle<()>> {
+        let map = self.map();
+        let replicated =
+            map.catalog().len() > 1 || map.partitions().any(|p| map.replicas(p).len() > 1);
+        if !replicated {
+            return None;
+        }
+        let inner = Arc::downgrade(&self.inner);
+        Some(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(inner) = inner.upgrade() else {
+                    return;
+                };
+                RemoteStore { inner }.refresh_leaders(every).await;
+            }
+        }))
+    }
+
+    /// Ask every node which groups it leads (each answer due `within`)
+    /// and remember the leaders found.
+    pub async fn refresh_leaders(&self, within: Duration) {
+        let nodes: Vec<_> = self.inner.nodes.keys().cloned().collect();
+        let asks = nodes.iter().map(|n| async move {
+            self.call_node_within::<Vec<GroupReport>>(n, Call::Groups, within)
+                .await
+                .ok()
+        });
+        let reports = futures::future::join_all(asks).await;
+        let map = self.map();
+        for (target, leader) in claimed_leaders(reports.into_iter().flatten().flatten()) {
+            self.inner.leaders.learn(&map, target, leader);
+        }
+    }
+}
+
+/// Each group's leader by the replicas' own claims: the claim of the
+/// highest term wins.
+fn claimed_leaders(reports: impl Iterator<Item = GroupReport>) -> HashMap<Target, u64> {
+    let mut best: HashMap<Target, (u64, u64)> = HashMap::new();
+    for r in reports {
+        if r.status.leader != Some(r.status.me) {
+            continue;
+        }
+        let target = match r.partition {
+            Some(p) => Target::Partition(p),
+            None => Target::Catalog,
+        };
+        let claim = (r.status.term, r.status.me);
+        best.entry(target)
+            .and_modify(|b| {
+                if claim.0 > b.0 {
+                    *b = claim;
+                }
+            })
+            .or_insert(claim);
+    }
+    best.into_iter().map(|(t, (_, me))| (t, me)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::PartitionId;
+    use crate::replication::GroupStatus;
+
+    fn report(p: Option<u32>, me: u64, leader: Option<u64>, term: u64) -> GroupReport {
+        GroupReport {
+            group: String::new(),
+            partition: p.map(PartitionId),
+            status: GroupStatus {
+                me,
+                leader,
+                term,
+                ..GroupStatus::default()
+            },
+        }
+    }
+
+    #[test]
+    fn only_claims_count_and_the_highest_term_wins() {
+        let reports = vec![
+            // A follower's view of partition 0: not taken.
+            report(Some(0), 1, Some(1), 5),
+            report(Some(0), 2, Some(1), 5),
+            // Partition 1: a deposed leader (term 3) and its successor (4).
+            report(Some(1), 3, Some(3), 3),
+            report(Some(1), 2, Some(2), 4),
+            // The catalog, led by 1.
+            report(None, 1, Some(1), 9),
+            // Partition 2: nobody claims it.
+            report(Some(2), 1, None, 2),
+        ];
+        let got = claimed_leaders(reports.into_iter());
+        assert_eq!(got.get(&Target::Partition(PartitionId(0))), None);
+        assert_eq!(got.get(&Target::Partition(PartitionId(1))), Some(&2));
+        assert_eq!(got.get(&Target::Catalog), Some(&1));
+        assert_eq!(got.len(), 2);
+    }
+}
