@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Cluster benchmarks of docs/benchmarks.md ("Cluster"), in one run.
 
-    bench/scripts/cluster.py [compare|fairness|replicas|all]
+    bench/scripts/cluster.py [compare|fairness|replicas|failover|all]
 
 compare: `laneway serve` and a cluster of one gateway and three store
 nodes (`laneway gateway` + `laneway store`, loopback), each fresh in its
@@ -200,7 +200,24 @@ def cluster(port, gateways, extra_gateway_args=(), replicas=1):
                             r"laneway listening on http://"))
         s.s3.append(f"http://127.0.0.1:{p}")
         s.admin.append(f"http://127.0.0.1:{p + 1}")
+    if replicas > 1:
+        wait_groups(cfile)
     return s
+
+
+def wait_groups(cfile, timeout=60):
+    """Until `laneway cluster status` says every group has a leader and
+    every replica is up (its exit status 0): measuring while the groups
+    still elect would count the first writes' 503s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        r = subprocess.run([LANEWAY, "cluster", "status", "--file", cfile],
+                           capture_output=True, text=True)
+        if r.returncode == 0:
+            return
+        if time.monotonic() > deadline:
+            raise SystemExit(f"groups not healthy after {timeout} s:\n{r.stdout}{r.stderr}")
+        time.sleep(0.5)
 
 
 def bench(setup, args, quiet=False):
@@ -292,10 +309,23 @@ def failover(s):
                           aws_access_key_id=ACCESS, aws_secret_access_key=SECRET,
                           config=Config(retries={"total_max_attempts": 1}, connect_timeout=5,
                                         read_timeout=10))
-        s3.create_bucket(Bucket="failover")
         keys = [f"k{i:03d}" for i in range(64)]
-        for k in keys:
-            s3.put_object(Bucket="failover", Key=k, Body=b"x" * 4096)
+        # Right after the start, groups may still be electing: retried.
+        settle = time.monotonic() + 60
+        for what in ["bucket"] + keys:
+            while True:
+                try:
+                    if what == "bucket":
+                        s3.create_bucket(Bucket="failover")
+                    else:
+                        s3.put_object(Bucket="failover", Key=what, Body=b"x" * 4096)
+                    break
+                except Exception as e:
+                    if "BucketAlreadyOwnedByYou" in str(e):
+                        break
+                    if time.monotonic() > settle:
+                        raise
+                    time.sleep(0.2)
         status = subprocess.run([LANEWAY, "cluster", "status", "--file", s.cluster_file, "--json"],
                                 capture_output=True, text=True)
         groups = json.loads(status.stdout)["groups"]
@@ -448,6 +478,8 @@ def main():
         fairness()
     if what in ("replicas", "all"):
         replicas()
+    if what == "failover":
+        failover(cluster(PORT, 1, replicas=3))
 
 
 if __name__ == "__main__":
