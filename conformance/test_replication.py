@@ -21,8 +21,10 @@ what the clients saw:
 Faults: SIGKILL of one node under load, then its restart from its own
 command line; SIGKILL of two nodes in turn (each restarted and answering
 before the next goes); SIGSTOP of one node past an election timeout, then
-SIGCONT; a node whose data directory is lost (stopped, `store-N/`
-deleted, restarted empty).
+SIGCONT; a node cut off by the network (every packet it sends dropped,
+iptables; needs root, else skipped with the reason) past an election
+timeout, then healed; a node whose data directory is lost (stopped,
+`store-N/` deleted, restarted empty).
 
 Outcomes: a 2xx (and a GET's 404 NoSuchKey: absent) completes an op; a
 5xx, a timeout or a connection error leaves it unknown (it may have taken
@@ -231,15 +233,16 @@ def kill_node(cluster, name: str, sig=signal.SIGKILL) -> list[str]:
     return cmdline
 
 
-def restart_node(cluster, name: str, cmdline: list[str]) -> None:
+def restart_node(cluster, name: str, cmdline: list[str], uid: Optional[int] = None) -> None:
     """Start a killed node again with its own command line (its output
-    appended to its log), until it prints its listening line and answers
-    `laneway cluster ping`."""
+    appended to its log), as user id `uid` when given, until it prints its
+    listening line and answers `laneway cluster ping`."""
     log = cluster.child(name).log
     offset = log.stat().st_size
+    as_user = {} if uid is None else {"user": uid, "group": uid, "extra_groups": []}
     with open(log, "ab") as out:
         proc = subprocess.Popen(cmdline, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                env=cluster.env, start_new_session=True)
+                                env=cluster.env, start_new_session=True, **as_user)
     cluster.restarted[name] = proc
     ready = STORE_READY.format(name).encode()
 
@@ -270,6 +273,7 @@ class Nemesis:
         self.problems: list[str] = []
         self.killed: dict[str, list[str]] = {}  # name -> command line
         self.stopped: list[int] = []
+        self.cuts: list[list[str]] = []  # iptables rules in place
         self.workload: Optional[Workload] = None
         # Acknowledged PUTs of keys outside the workload's.
         self.fresh: list[Op] = []
@@ -304,8 +308,20 @@ class Nemesis:
     def kill(self, name: str, sig=signal.SIGKILL) -> None:
         self.killed[name] = kill_node(self.cluster, name, sig)
 
-    def restart(self, name: str) -> None:
-        restart_node(self.cluster, name, self.killed.pop(name))
+    def restart(self, name: str, uid: Optional[int] = None) -> None:
+        restart_node(self.cluster, name, self.killed.pop(name), uid)
+
+    def cut(self, uid: int) -> None:
+        """Drop every packet the processes of `uid` send on loopback: the
+        node runs, but no peer or gateway hears from it, and what they
+        send it goes unanswered (a network partition around it)."""
+        rule = ["OUTPUT", "-o", "lo", "-m", "owner", "--uid-owner", str(uid), "-j", "DROP"]
+        iptables("-I", *rule)
+        self.cuts.append(rule)
+
+    def heal(self) -> None:
+        while self.cuts:
+            iptables("-D", *self.cuts.pop())
 
     def stop(self, name: str) -> int:
         pid = node_pid(self.cluster, name)
@@ -373,6 +389,7 @@ class Nemesis:
         assert not self.problems, f"{summary}\n" + "\n".join(self.problems)
 
     def undo(self) -> None:
+        self.heal()
         if self.workload is not None:
             self.workload.stopping.set()
         for pid in list(self.stopped):
@@ -520,6 +537,72 @@ def test_a_store_node_that_lost_its_disk_comes_back_and_nothing_is_lost(nemesis,
     # its leader's log (`laneway cluster status`).
     poll(lambda: fully_replicated(cluster), READ_DEADLINE_S, interval=1.0,
          what=f"every group of {name} caught up (laneway cluster status)")
+
+
+# A user id no process of this machine runs as: a store node restarted as
+# it can be cut off by one iptables rule on its packets.
+CUT_UID = 64123
+
+
+def iptables(*args: str) -> None:
+    subprocess.run(["iptables", *args], check=True, capture_output=True, timeout=30)
+
+
+def cannot_cut() -> Optional[str]:
+    """Why a node cannot be cut off here (None: it can)."""
+    if os.geteuid() != 0:
+        return "needs root: an iptables rule, and a store node run as another user"
+    if not shutil.which("iptables"):
+        return "iptables is not installed"
+    probe = subprocess.run(["iptables", "-S", "OUTPUT"], capture_output=True, text=True, timeout=30)
+    if probe.returncode != 0:
+        return f"iptables does not work here: {probe.stderr.strip()[:200]}"
+    return None
+
+
+def give_to(uid: int, *paths: Path) -> None:
+    """chown -R `paths` to `uid` (the node restarted as it writes there),
+    and let every user through their parent directories (pytest's base
+    directory is private to the user who runs it)."""
+    for path in paths:
+        for parent in path.resolve().parents:
+            mode = parent.stat().st_mode
+            if not mode & 0o001:
+                os.chmod(parent, mode | 0o001)
+        os.chown(path, uid, uid)
+        if path.is_dir():
+            for root, dirs, files in os.walk(path):
+                for n in dirs + files:
+                    os.chown(os.path.join(root, n), uid, uid, follow_symlinks=False)
+
+
+def test_a_store_node_cut_off_by_the_network_and_healed(nemesis, cluster):
+    """store-2 is restarted as a user of its own, then every packet it
+    sends is dropped (iptables, owner match) for longer than an election
+    timeout: peers and gateways reach it no more and it reaches nobody,
+    while it runs on, campaigning in terms the others never hear of. Two
+    of three replicas serve throughout; after the heal it rejoins."""
+    why = cannot_cut()
+    if why:
+        pytest.skip(why)
+    name = "store-2"
+    nemesis.kill(name, signal.SIGTERM)
+    give_to(CUT_UID, cluster.dir / name, cluster.dir / "cluster.secret")
+    nemesis.restart(name, uid=CUT_UID)
+    nemesis.start("cut", seed=5)
+    nemesis.cut(CUT_UID)
+    cut = time.monotonic()
+    ping = [str(cluster.cmd[0]), "cluster", "ping", "--file", str(cluster.dir / "cluster.toml"),
+            "--node", name, "--timeout-secs", "2"]
+    assert subprocess.run(ping, capture_output=True, env=cluster.env, timeout=30).returncode != 0, \
+        f"{name} still answers a ping: the cut did not take"
+    nemesis.writes_succeed("cut-during")
+    time.sleep(max(0.0, STOP_SECONDS - (time.monotonic() - cut)))
+    nemesis.heal()
+    nemesis.writes_succeed("cut-healed")
+    nemesis.verify("cut")
+    poll(lambda: fully_replicated(cluster), READ_DEADLINE_S, interval=1.0,
+         what=f"{name} caught up after the heal (laneway cluster status)")
 
 
 def cluster_status(cluster) -> dict:
