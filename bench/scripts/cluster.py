@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Cluster benchmarks of docs/benchmarks.md ("Cluster"), in one run.
 
-    bench/scripts/cluster.py [compare|fairness|replicas|failover|all]
+    bench/scripts/cluster.py [compare|fairness|replicas|failover|catchup|all]
 
 compare: `laneway serve` and a cluster of one gateway and three store
 nodes (`laneway gateway` + `laneway store`, loopback), each fresh in its
@@ -17,6 +17,11 @@ the same at RF 3 (every partition and the catalog a Raft group on all
 three nodes), measured as compare measures; then, at RF 3, the failover
 time: SIGKILL of the node leading the most groups under a PUT loop, and
 per key the time to its first acknowledged PUT.
+
+catchup: at RF 3, store-3 killed while CATCHUP_OBJECTS (default
+100000) 4 KiB objects are PUT, then started again: how long until every
+replica it holds is at its leader's log index (`laneway cluster status`),
+in log entries and objects per second.
 
 fairness: a cluster of two gateways and three store nodes; tenant a
 (weight 1) has its workers dealt over both gateways, tenant b (weight 3)
@@ -359,6 +364,69 @@ def failover(s):
         s.close()
 
 
+def catchup(s, objects=None):
+    """RF 3: SIGKILL store-3, PUT `objects` new 4 KiB objects (laneway-bench
+    put, 32 in flight), start store-3 again with its own command line, and
+    time until `laneway cluster status` shows each of its replicas at its
+    leader's log index: the log entries it replayed per second, and the
+    objects."""
+    objects = objects or int(os.environ.get("CATCHUP_OBJECTS", "100000"))
+    try:
+        victim = next(p for p in s.procs if p.role == "store" and "store-3" in " ".join(p.p.args))
+        args = list(victim.p.args)
+        victim.p.kill()
+        victim.p.wait()
+        env = {**os.environ, "AWS_ACCESS_KEY_ID": ACCESS, "AWS_SECRET_ACCESS_KEY": SECRET}
+        t = time.time()
+        out = subprocess.run(LOADER_CPU + [BENCH, "put", "--endpoint", s.s3[0],
+                                           "--concurrency", str(CONC), "--objects", str(objects),
+                                           "--ops", str(objects), "--duration", "3000",
+                                           "--bucket", "catchup"],
+                             env=env, capture_output=True, text=True)
+        wall = time.time() - t
+        if out.returncode != 0:
+            print(f"# laneway-bench put failed:\n{out.stdout}\n{out.stderr}")
+        out = out.stdout
+        ok = summary_row(out, "put")[0]
+        before = {g["group"]: g for g in status_json(s)}
+        behind = sum(g_lag(g, "store-3") for g in before.values())
+        victim.p = subprocess.Popen(args, stdout=open(victim.log, "a"), stderr=subprocess.STDOUT,
+                                    env=os.environ.copy())
+        started = time.monotonic()
+        while time.monotonic() - started < 600:
+            groups = status_json(s)
+            if groups and all(g["health"] == "ok" and g_lag(g, "store-3") == 0 for g in groups):
+                break
+            time.sleep(0.2)
+        took = time.monotonic() - started
+        print(f"## rf3 catch-up: store-3 down for {ok} acknowledged PUTs ({wall:.0f} s); "
+              f"{behind} log entries behind over {len(before)} groups")
+        print(f"# caught up {took:.1f} s after its start (process start and open included): "
+              f"{behind / max(took, 1e-9):.0f} entries/s, {ok / max(took, 1e-9):.0f} objects/s")
+        sys.stdout.flush()
+    finally:
+        s.close()
+
+
+def status_json(s):
+    r = subprocess.run([LANEWAY, "cluster", "status", "--file", s.cluster_file, "--json"],
+                       capture_output=True, text=True)
+    try:
+        return json.loads(r.stdout)["groups"]
+    except (ValueError, KeyError):
+        return []
+
+
+def g_lag(group, node):
+    """How far `node`'s replica of `group` is behind its leader's log
+    (the leader's last index when the node is down)."""
+    head = max((r["last_log"] for r in group["replicas"] if r["leader"]), default=0)
+    mine = next((r for r in group["replicas"] if r["node"] == node), None)
+    if mine is None or not mine["up"]:
+        return head
+    return max(0, head - mine["applied"])
+
+
 def measure_all(makers):
     """Each set-up made, measured (measure), closed, one after the other."""
     results = {}
@@ -480,6 +548,8 @@ def main():
         replicas()
     if what == "failover":
         failover(cluster(PORT, 1, replicas=3))
+    if what == "catchup":
+        catchup(cluster(PORT, 1, replicas=3))
 
 
 if __name__ == "__main__":
