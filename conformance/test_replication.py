@@ -630,3 +630,15 @@ def test_cluster_status_names_every_groups_leader_and_replicas(cluster):
         assert sorted(nodes) == ["store-1", "store-2", "store-3"], g
         assert g["leader"] in nodes and g["health"] == "ok", g
         assert sum(1 for r in g["replicas"] if r["leader"]) == 1, g
+    # The gateways' /metrics say the same (their leader watch's last round).
+    def metrics_agree() -> bool:
+        req = urllib.request.Request(cluster.gateways[1].admin + "/metrics")
+        req.add_header("Authorization", f"Bearer {ADMIN_TOKEN}")
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            text = resp.read().decode()
+        return all(
+            f'laneway_group_replica_leader{{group="{g["group"]}",node="{g["leader"]}"}} 1' in text
+            and f'laneway_group_healthy{{group="{g["group"]}"}} 1' in text
+            for g in cluster_status(cluster)["groups"]
+        )
+    poll(metrics_agree, READ_DEADLINE_S, interval=1.0, what="/metrics names each group's leader")

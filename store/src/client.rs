@@ -219,6 +219,15 @@ pub trait StoreClient: Send + Sync {
         limits: QuotaLimits,
         ask: QuotaAsk,
     ) -> Fut<'a, Option<QuotaHold>>;
+
+    // ----- replication -----------------------------------------------------
+
+    /// What the store nodes last said of their replication groups (a
+    /// cluster client's leader watch keeps it; `None` for a store that
+    /// does not replicate). For `/metrics`; never asks the network.
+    fn replication(&self) -> Option<crate::remote::ReplicationView> {
+        None
+    }
 }
 
 /// The store of this process as a [`StoreClient`], with the quota

@@ -241,7 +241,13 @@ impl AdminState {
 
     /// The Prometheus text of `GET /metrics`.
     pub fn metrics(&self) -> String {
-        self.lanes.render(&self.registry)
+        let mut out = self.lanes.render(&self.registry);
+        if let Some(view) = self.store.replication() {
+            let reports = view.reports.into_iter().collect();
+            let groups = crate::cluster::status::join(&view.map, &reports);
+            crate::cluster::status::render_metrics(&mut out, &groups);
+        }
+        out
     }
 
     fn create_tenant(&self, b: CreateTenantBody) -> Result<(u16, Value), ApiError> {

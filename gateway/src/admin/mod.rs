@@ -6,7 +6,8 @@
 //! - [`api`]: the handlers, on top of the tenant [`laneway_tenancy::Registry`]
 //!   and the store (usage, purge).
 //! - [`server`]: the listener, bearer-token check, JSON error bodies, and
-//!   `GET /metrics` (Prometheus text of the lanes, same token).
+//!   `GET /metrics` (Prometheus text of the lanes, and in a replicated
+//!   cluster of every replication group, same token).
 //! - [`client`] and [`cli`]: `laneway admin ...`.
 //!
 //! The API is for operators: it is guarded by one bearer token (compared

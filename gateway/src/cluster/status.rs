@@ -18,7 +18,7 @@
 //! file (no groups to show).
 
 use clap::Args;
-use laneway_store::cluster::{ClusterFile, FileMapSource, MapSource, NodeId};
+use laneway_store::cluster::{ClusterFile, FileMapSource, MapSource, NodeId, PartitionMap};
 use laneway_store::node::proto::{Call, GroupReport};
 use laneway_store::remote::RemoteStore;
 use laneway_store::rpc::CallOptions;
@@ -97,7 +97,7 @@ pub fn run(args: StatusArgs) -> ExitCode {
         Ok(r) => r,
         Err(msg) => return fail(&msg, ExitCode::FAILURE),
     };
-    let groups = join(&file, &reports);
+    let groups = join(&file.map, &reports);
     if args.json {
         let doc = serde_json::json!({ "groups": groups });
         println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
@@ -131,14 +131,13 @@ async fn collect(args: &StatusArgs) -> Result<BTreeMap<NodeId, Option<Vec<GroupR
     Ok(futures::future::join_all(asks).await.into_iter().collect())
 }
 
-/// The groups of the map, each with what its replicas reported.
+/// The groups of the map, each with what its replicas reported
+/// (`reports` has every node of the cluster, answered or not).
 pub fn join(
-    file: &ClusterFile,
+    map: &PartitionMap,
     reports: &BTreeMap<NodeId, Option<Vec<GroupReport>>>,
 ) -> Vec<GroupView> {
-    let names: BTreeMap<u64, &NodeId> =
-        file.nodes.iter().map(|n| (n.id.raft_id(), &n.id)).collect();
-    let map = &file.map;
+    let names: BTreeMap<u64, &NodeId> = reports.keys().map(|n| (n.raft_id(), n)).collect();
     let catalog = std::iter::once(("catalog".to_string(), map.catalog().to_vec()));
     let partitions = map
         .partitions()
@@ -263,6 +262,81 @@ fn replica_cell(r: &ReplicaView) -> String {
     )
 }
 
+/// A per-replica gauge: its name, its help, and its value of a replica.
+type ReplicaGauge = (&'static str, &'static str, fn(&ReplicaView) -> u64);
+
+/// The groups as Prometheus text (the gateway's `/metrics`): per group
+/// its term and health, per replica whether it answered, leads, its log
+/// and applied index and its lag.
+pub fn render_metrics(out: &mut String, groups: &[GroupView]) {
+    use crate::lanes::metrics::{escape, header};
+    use std::fmt::Write;
+    header(
+        out,
+        "laneway_group_term",
+        "gauge",
+        "Highest term a replica of the group reported.",
+    );
+    for g in groups {
+        let _ = writeln!(
+            out,
+            "laneway_group_term{{group=\"{}\"}} {}",
+            g.group, g.term
+        );
+    }
+    header(
+        out,
+        "laneway_group_healthy",
+        "gauge",
+        "1 when the group has a leader and every replica is up and within 1000 entries of it.",
+    );
+    for g in groups {
+        let ok = u8::from(g.health == "ok");
+        let _ = writeln!(out, "laneway_group_healthy{{group=\"{}\"}} {ok}", g.group);
+    }
+    let per_replica: [ReplicaGauge; 5] = [
+        (
+            "laneway_group_replica_up",
+            "1 when the replica's node answered the last round.",
+            |r| u64::from(r.up),
+        ),
+        (
+            "laneway_group_replica_leader",
+            "1 for the replica that leads the group.",
+            |r| u64::from(r.leader),
+        ),
+        (
+            "laneway_group_replica_last_log_index",
+            "Last log index the replica holds.",
+            |r| r.last_log,
+        ),
+        (
+            "laneway_group_replica_applied_index",
+            "Last index the replica applied.",
+            |r| r.applied,
+        ),
+        (
+            "laneway_group_replica_lag_entries",
+            "Entries the replica is behind its leader's log.",
+            |r| r.lag,
+        ),
+    ];
+    for (name, help, value) in per_replica {
+        header(out, name, "gauge", help);
+        for g in groups {
+            for r in &g.replicas {
+                let _ = writeln!(
+                    out,
+                    "{name}{{group=\"{}\",node=\"{}\"}} {}",
+                    g.group,
+                    escape(&r.node),
+                    value(r)
+                );
+            }
+        }
+    }
+}
+
 fn fail(msg: &str, code: ExitCode) -> ExitCode {
     eprintln!("laneway cluster status: {msg}");
     code
@@ -326,7 +400,7 @@ mod tests {
             ]),
         );
         reports.insert(node("c"), None);
-        let groups = join(&f, &reports);
+        let groups = join(&f.map, &reports);
         assert_eq!(groups.len(), 2);
         let catalog = &groups[0];
         assert_eq!(
@@ -347,10 +421,45 @@ mod tests {
                 report("p0000", "c", "b", 2, 3000, 3000),
             ]),
         );
-        let groups = join(&f, &reports);
+        let groups = join(&f.map, &reports);
         assert_eq!(groups[0].health, "ok");
         assert_eq!(groups[1].health, "degraded", "c is 2000 entries behind");
         assert_eq!(groups[1].replicas[2].lag, 2000);
+    }
+
+    #[test]
+    fn metrics_name_every_group_and_replica() {
+        let f = file();
+        let mut reports = BTreeMap::new();
+        for n in ["a", "b", "c"] {
+            let r = vec![
+                report("catalog", n, "a", 2, 7, 7),
+                report("p0000", n, "b", 3, 9, 9),
+            ];
+            reports.insert(NodeId::parse(n).expect("id"), Some(r));
+        }
+        let mut out = String::new();
+        render_metrics(&mut out, &join(&f.map, &reports));
+        assert!(
+            out.contains("laneway_group_term{group=\"p0000\"} 3"),
+            "{out}"
+        );
+        assert!(
+            out.contains("laneway_group_healthy{group=\"catalog\"} 1"),
+            "{out}"
+        );
+        assert!(
+            out.contains("laneway_group_replica_leader{group=\"p0000\",node=\"b\"} 1"),
+            "{out}"
+        );
+        assert!(
+            out.contains("laneway_group_replica_leader{group=\"p0000\",node=\"a\"} 0"),
+            "{out}"
+        );
+        assert!(
+            out.contains("laneway_group_replica_applied_index{group=\"catalog\",node=\"c\"} 7"),
+            "{out}"
+        );
     }
 
     #[test]
@@ -362,7 +471,7 @@ mod tests {
             r.status.leader = None;
             reports.insert(NodeId::parse(n).expect("id"), Some(vec![r]));
         }
-        let groups = join(&f, &reports);
+        let groups = join(&f.map, &reports);
         assert_eq!(groups[1].health, "no-leader");
         assert_eq!(groups[1].leader, None);
         assert_eq!(

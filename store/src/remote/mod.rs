@@ -28,6 +28,8 @@ mod route;
 mod watch;
 mod window;
 
+pub use watch::ReplicationView;
+
 use crate::client::{Fut, StoreClient};
 use crate::cluster::{ClusterFile, FileMapSource, MapSource, NodeId, PartitionMap};
 use crate::commit::WriteCond;
@@ -67,6 +69,8 @@ struct Inner {
     windows: window::Windows,
     /// The replica believed to lead each partition's group and the catalog's.
     leaders: leaders::Leaders,
+    /// The leader watch's last round ([`watch`]).
+    reports: parking_lot::Mutex<Option<ReplicationView>>,
     /// This client's id in its calls (the nodes split a tenant's window
     /// among the clients that carry it).
     id: u64,
@@ -102,6 +106,7 @@ impl RemoteStore {
                 buckets,
                 windows: window::Windows::default(),
                 leaders: leaders::Leaders::default(),
+                reports: parking_lot::Mutex::new(None),
                 id: client_id(),
             }),
         })
@@ -359,6 +364,10 @@ fn at(bucket: &BucketInfo, key: &str) -> (BucketInfo, String) {
 }
 
 impl StoreClient for RemoteStore {
+    fn replication(&self) -> Option<ReplicationView> {
+        self.last_reports()
+    }
+
     fn create_bucket<'a>(
         &'a self,
         tenant: &'a TenantId,

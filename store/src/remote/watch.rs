@@ -19,6 +19,7 @@
 
 use super::RemoteStore;
 use super::leaders::Target;
+use crate::cluster::{NodeId, PartitionMap};
 use crate::node::proto::{Call, GroupReport};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -61,10 +62,30 @@ impl RemoteStore {
         });
         let reports = futures::future::join_all(asks).await;
         let map = self.map();
-        for (target, leader) in claimed_leaders(reports.into_iter().flatten().flatten()) {
+        let claims = claimed_leaders(reports.iter().flatten().flatten().cloned());
+        for (target, leader) in claims {
             self.inner.leaders.learn(&map, target, leader);
         }
+        *self.inner.reports.lock() = Some(ReplicationView {
+            map,
+            reports: nodes.into_iter().zip(reports).collect(),
+        });
     }
+
+    /// The watch's last round, if it ran.
+    pub fn last_reports(&self) -> Option<ReplicationView> {
+        self.inner.reports.lock().clone()
+    }
+}
+
+/// The groups as the nodes reported them in one round of the watch.
+#[derive(Clone, Debug)]
+pub struct ReplicationView {
+    /// The map the round routed by (each group's replicas).
+    pub map: Arc<PartitionMap>,
+    /// Every node of the cluster with its groups (`None`: it did not
+    /// answer within the round).
+    pub reports: Vec<(NodeId, Option<Vec<GroupReport>>)>,
 }
 
 /// Each group's leader by the replicas' own claims: the claim of the
@@ -113,9 +134,10 @@ mod tests {
     #[test]
     fn only_claims_count_and_the_highest_term_wins() {
         let reports = vec![
-            // A follower's view of partition 0: not taken.
-            report(Some(0), 1, Some(1), 5),
+            // The followers' view of partition 0 (led by 1, which did not
+            // answer): not taken.
             report(Some(0), 2, Some(1), 5),
+            report(Some(0), 3, Some(1), 5),
             // Partition 1: a deposed leader (term 3) and its successor (4).
             report(Some(1), 3, Some(3), 3),
             report(Some(1), 2, Some(2), 4),
