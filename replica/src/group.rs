@@ -397,11 +397,7 @@ async fn initialize_after_grace(
     raft: &PartitionRaft,
     members: BTreeMap<NodeId, BasicNode>,
 ) -> ReplicaResult<()> {
-    let initialized = raft
-        .is_initialized()
-        .await
-        .map_err(|e| ReplicaError::Raft(e.to_string()))?;
-    if initialized {
+    if initialized(raft).await? {
         return Ok(());
     }
     let mut rx = raft.metrics();
@@ -412,17 +408,20 @@ async fn initialize_after_grace(
     initialize_once(raft, members).await
 }
 
+/// Whether `raft`'s log or vote says its group exists.
+async fn initialized(raft: &PartitionRaft) -> ReplicaResult<bool> {
+    raft.is_initialized()
+        .await
+        .map_err(|e| ReplicaError::Raft(e.to_string()))
+}
+
 /// Initialize `raft` with `members` unless its log or vote says the group
 /// already exists.
 async fn initialize_once(
     raft: &PartitionRaft,
     members: BTreeMap<NodeId, BasicNode>,
 ) -> ReplicaResult<()> {
-    let initialized = raft
-        .is_initialized()
-        .await
-        .map_err(|e| ReplicaError::Raft(e.to_string()))?;
-    if initialized {
+    if initialized(raft).await? {
         return Ok(());
     }
     match raft.initialize(members).await {
