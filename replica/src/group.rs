@@ -25,11 +25,13 @@ use futures::future::BoxFuture;
 use laneway_store::error::{StoreError, StoreResult};
 use laneway_store::ids::PartitionId;
 use laneway_store::index::{Engine, MetaIndex, WriteBatch, open_index};
-use laneway_store::replication::{Group, GroupOpener, GroupStatus, VolumeWrite, segment_epoch};
+use laneway_store::replication::{
+    Group, GroupOpener, GroupStatus, MemberChange, VolumeWrite, segment_epoch,
+};
 use laneway_store::volume::VolumeSet;
 use openraft::error::{CheckIsLeaderError, ClientWriteError, InitializeError, RaftError};
 use openraft::{BasicNode, RaftNetworkFactory, ServerState};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,6 +39,10 @@ use tokio::runtime::Handle;
 
 /// Longest a commit, a settle or a shipped piece waits for its group.
 pub const GROUP_DEADLINE: Duration = Duration::from_secs(5);
+
+/// Longest a change of voters waits for its two configurations (joint,
+/// then the new one) to commit.
+pub const MEMBERSHIP_DEADLINE: Duration = Duration::from_secs(30);
 
 /// The openraft settings of a store partition's group: the timing of
 /// [`crate::net::group_config`], with snapshots off and fewer entries per
@@ -105,6 +111,25 @@ fn read_error(e: RaftError<NodeId, CheckIsLeaderError<NodeId, BasicNode>>) -> St
     match e {
         RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f)) => {
             StoreError::NotLeader(f.leader_id)
+        }
+        other => StoreError::Unavailable(format!("replication group: {other}")),
+    }
+}
+
+/// A membership change's error as the store sees it: `NotLeader` when
+/// this replica does not lead, or stopped leading during the change
+/// (which may still commit: changes are idempotent, so asking the next
+/// leader again is safe), `InvalidArgument`
+/// for a change the engine refuses as asked (a voter that is not a learner
+/// yet, an empty set), `Unavailable` otherwise (its outcome unknown; the
+/// change is idempotent, so the operator's tool asks again).
+fn membership_error(e: RaftError<NodeId, ClientWriteError<NodeId, BasicNode>>) -> StoreError {
+    match e {
+        RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => {
+            StoreError::NotLeader(f.leader_id)
+        }
+        RaftError::APIError(ClientWriteError::ChangeMembershipError(c)) => {
+            StoreError::InvalidArgument(format!("membership change refused: {c}"))
         }
         other => StoreError::Unavailable(format!("replication group: {other}")),
     }
@@ -189,6 +214,7 @@ impl Group for RaftGroup {
             last_log: m.last_log_index.unwrap_or(0),
             applied: m.last_applied.map_or(0, |l| l.index),
             voters: m.membership_config.voter_ids().collect(),
+            learners: m.membership_config.membership().learner_ids().collect(),
             matched: m
                 .replication
                 .iter()
@@ -196,6 +222,29 @@ impl Group for RaftGroup {
                 .map(|(id, l)| (*id, l.map_or(0, |l| l.index)))
                 .collect(),
         }
+    }
+
+    fn change_members(&self, change: MemberChange) -> BoxFuture<'static, StoreResult<()>> {
+        let raft = self.raft.clone();
+        Box::pin(async move {
+            let done = match change {
+                MemberChange::AddLearner { id, addr } => {
+                    let node = BasicNode { addr };
+                    let asked = raft.add_learner(id, node, false);
+                    tokio::time::timeout(GROUP_DEADLINE, asked).await
+                }
+                MemberChange::SetVoters { voters } => {
+                    let voters: BTreeSet<NodeId> = voters.into_iter().collect();
+                    let asked = raft.change_membership(voters, false);
+                    tokio::time::timeout(MEMBERSHIP_DEADLINE, asked).await
+                }
+            };
+            match done {
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err(e)) => Err(membership_error(e)),
+                Err(_) => Err(too_slow("a membership change")),
+            }
+        })
     }
 
     fn shutdown(&self) {
@@ -358,8 +407,8 @@ where
 /// vote twice in one term, and a write it helped commit may then rest on
 /// one survivor until the log reaches it again. The safe path is to bring
 /// it back as a new replica through a membership change (remove, add as
-/// a learner, promote), which is the placement work still to come
-/// (docs/replication.md).
+/// a learner, promote: `laneway cluster move-partition`,
+/// docs/replication.md).
 pub async fn launch<N>(
     config: Arc<openraft::Config>,
     me: NodeId,

@@ -82,8 +82,35 @@ pub trait Group: Send + Sync {
     /// The group's state as this replica sees it.
     fn status(&self) -> GroupStatus;
 
+    /// Change who holds the group (at its leader; `NotLeader` elsewhere):
+    /// add a learner that catches up from the log, or make a set of
+    /// replicas the voters (openraft's joint consensus; voters left out
+    /// are removed). The engine makes the change; this only asks for it.
+    fn change_members(&self, change: MemberChange) -> BoxFuture<'static, StoreResult<()>>;
+
     /// Stop this replica of the group (the store is closing). Blocking.
     fn shutdown(&self);
+}
+
+/// A change of a group's members, asked of its leader
+/// (`laneway cluster move-partition`: a learner first, then the voters).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum MemberChange {
+    /// Add replica `id` (reached at `addr`) as a learner: it receives the
+    /// log and catches up, without a vote. Adding a learner twice, or a
+    /// voter, changes nothing.
+    AddLearner {
+        /// Its Raft id.
+        id: u64,
+        /// Its RPC address.
+        addr: String,
+    },
+    /// Make exactly `voters` the voters (each already a voter or a
+    /// learner); a voter left out is removed from the group.
+    SetVoters {
+        /// The new voters' Raft ids.
+        voters: Vec<u64>,
+    },
 }
 
 /// One group's state at one replica (for `cluster status` and metrics).
@@ -101,6 +128,9 @@ pub struct GroupStatus {
     pub applied: u64,
     /// Voters of the group.
     pub voters: Vec<u64>,
+    /// Learners of the group (replicas catching up before a promotion).
+    #[serde(default)]
+    pub learners: Vec<u64>,
     /// At the leader: each follower's matched log index.
     pub matched: Vec<(u64, u64)>,
 }

@@ -4,7 +4,8 @@
 //! `laneway cluster local` ([`super::local`]) runs a whole cluster of
 //! local processes; `laneway cluster ping` ([`super::ping`]) calls one
 //! store node once; `laneway cluster status` ([`super::status`]) shows
-//! every replication group.
+//! every replication group; `add-node`, `move-partition`, `rebalance` and
+//! `remove-node` ([`super::members`]) change who holds what, online.
 //!
 //! Nodes are given one by one (`--node ID=HOST:PORT`, repeatable) or as a
 //! local range (`--store-nodes N --base-port P`: `store-1` on P,
@@ -43,6 +44,16 @@ pub enum ClusterCmd {
     /// Every replication group's leader, replicas, log index, lag and
     /// health (a table, or JSON with --json): exit 0 when all are ok.
     Status(super::status::StatusArgs),
+    /// Add a store node to the cluster file, holding nothing yet (start
+    /// it, then `rebalance`).
+    AddNode(super::members::AddNodeArgs),
+    /// Move one partition's replica from one node to another, online
+    /// (learner, then promotion, then the file).
+    MovePartition(super::members::MoveArgs),
+    /// Move replicas until every node holds its share.
+    Rebalance(super::members::PlanArgs),
+    /// Move every replica off a node, then take it out of the file.
+    RemoveNode(super::members::RemoveNodeArgs),
 }
 
 /// Flags of `laneway cluster init`.
@@ -86,6 +97,10 @@ pub fn run(args: ClusterArgs) -> ExitCode {
         ClusterCmd::Local(local) => super::local::run(local),
         ClusterCmd::Ping(ping) => super::ping::run(ping),
         ClusterCmd::Status(status) => super::status::run(status),
+        ClusterCmd::AddNode(a) => super::members::add_node(a),
+        ClusterCmd::MovePartition(a) => super::members::move_partition(a),
+        ClusterCmd::Rebalance(a) => super::members::rebalance(a),
+        ClusterCmd::RemoveNode(a) => super::members::remove_node(a),
         ClusterCmd::Show { file } => show(&file, None),
     }
 }

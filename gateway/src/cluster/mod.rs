@@ -4,10 +4,13 @@
 //! partition map); `laneway cluster local` ([`local`]), a whole cluster of
 //! local child processes; `laneway cluster ping` ([`ping`]), one signed
 //! call to a store node (the compose health check); `laneway cluster
-//! status` ([`status`]), every replication group's state.
+//! status` ([`status`]), every replication group's state; `laneway
+//! cluster add-node`, `move-partition`, `rebalance` and `remove-node`
+//! ([`members`]), membership changes of a running replicated cluster.
 
 pub mod cli;
 pub mod local;
+pub mod members;
 pub mod ping;
 pub mod status;
 

@@ -4,11 +4,13 @@
 //! then answers the cluster RPC until SIGTERM or Ctrl-C, and syncs and
 //! closes the store.
 //!
-//! With `replicas = 3` in the cluster file, every partition the map gives
-//! this node, and the catalog when the map lists the node among its
-//! replicas, is this node's replica of a Raft group
-//! (`laneway_replica::node`): the groups' messages arrive on the same
-//! port as the store calls, and a replica that does not lead a group
+//! With `replicas = 3` in the cluster file, the node opens every
+//! partition, each with its replica of the partition's Raft group
+//! (`laneway_replica::node`), which is a member where the map (or a
+//! membership change since, `laneway cluster move-partition`) makes it
+//! one and idle elsewhere; the catalog's group where the map lists the
+//! node among the catalog's replicas. The groups' messages arrive on the
+//! same port as the store calls, and a replica that does not lead a group
 //! refuses that group's calls with a hint to the leader.
 //!
 //! Startup prints one line on stdout once the RPC port is bound and the
@@ -181,7 +183,12 @@ fn cfg_err(e: impl std::fmt::Display) -> NodeError {
     NodeError::Config(e.to_string())
 }
 
-/// Open the node's share of the partitions.
+/// Open the node's share of the partitions: with replication, every
+/// partition, since who holds a replica changes while the node runs
+/// (`laneway cluster move-partition` adds it to a group as a learner),
+/// and a partition whose group it is no member of stays idle: its group
+/// never initializes here and never leads, so the node serves nothing of
+/// it ([`NodeReplication`] says who may initialize a group).
 async fn open_store(
     args: &StoreArgs,
     map: &FileMapSource,
@@ -189,7 +196,11 @@ async fn open_store(
     groups: Option<laneway_store::replication::Replication>,
 ) -> Result<Arc<Store>, NodeError> {
     let current = map.current();
-    let hosted = current.hosted_by(node);
+    let hosted = if groups.is_some() {
+        current.partitions().collect()
+    } else {
+        current.hosted_by(node)
+    };
     let disk_reserve = laneway_store::DiskReserve::parse(&args.disk_reserve)
         .map_err(|e| NodeError::Config(format!("--disk-reserve: {e}")))?;
     let index_memory = crate::admin::cli::parse_size(&args.index_memory)

@@ -151,6 +151,27 @@ impl PartitionMap {
         (0..self.partition_count()).map(PartitionId)
     }
 
+    /// This map one version newer, otherwise the same.
+    pub fn bumped(&self) -> PartitionMap {
+        PartitionMap {
+            version: self.version + 1,
+            ..self.clone()
+        }
+    }
+
+    /// This map with partition `p` held by `replicas`, one version newer
+    /// (`p` out of range: only the version changes).
+    pub fn with_replicas(&self, p: PartitionId, replicas: Vec<NodeId>) -> PartitionMap {
+        let mut map = self.bumped();
+        if let Some(slot) = usize::try_from(p.0)
+            .ok()
+            .and_then(|i| map.replicas.get_mut(i))
+        {
+            *slot = replicas;
+        }
+        map
+    }
+
     /// The table as the cluster file writes it.
     pub(crate) fn raw_replicas(&self) -> Vec<Vec<String>> {
         self.replicas
@@ -171,6 +192,17 @@ pub trait MapSource: Send + Sync {
     /// has not caught up yet; the caller then answers 503 and the client
     /// retries).
     fn refresh(&self, seen: u64) -> Result<Arc<PartitionMap>, ClusterFileError>;
+
+    /// Every store node this source knows, with its address (a node
+    /// added to the cluster after a client started is found here).
+    fn nodes(&self) -> Vec<NodeInfo>;
+
+    /// Look for a newer map now, whether or not a node reported one (the
+    /// leader watch calls it each round, so a map changed by `laneway
+    /// cluster move-partition` reaches every client within a round).
+    fn poll(&self) -> Result<Arc<PartitionMap>, ClusterFileError> {
+        self.refresh(u64::MAX)
+    }
 }
 
 /// The map as the cluster file on local disk says (every gateway and node
@@ -231,6 +263,10 @@ impl MapSource for FileMapSource {
             self.reload()?;
         }
         Ok(self.current())
+    }
+
+    fn nodes(&self) -> Vec<NodeInfo> {
+        self.file().nodes.clone()
     }
 }
 

@@ -9,9 +9,11 @@
 //! through a [`map::MapSource`] and retries.
 //!
 //! Where the map lives is hidden behind [`map::MapSource`]: today it is the
-//! cluster file ([`map::FileMapSource`]); once partitions replicate, the map
-//! becomes a record of the catalog's consensus group and the same interface
-//! reads it from there, so gateways and store nodes do not change.
+//! cluster file ([`map::FileMapSource`]), shared by every process and read
+//! again by each client's leader watch once a second. With replication the
+//! groups' memberships are the truth and the map follows them: `laneway
+//! cluster move-partition` changes a group through the engine, then writes
+//! the map ([`placement`]).
 //!
 //! Each partition lists its replicas in order; with a replication factor of
 //! 1 that is one node. The first replica is the partition's preferred
@@ -20,6 +22,7 @@
 pub mod file;
 pub mod init;
 pub mod map;
+pub mod placement;
 
 pub use file::{ClusterFile, ClusterFileError};
 pub use init::{InitSpec, init_cluster};

@@ -198,6 +198,12 @@ impl Inner {
         match call {
             Call::Ping => reply(&()),
             Call::Groups => reply(&self.groups()),
+            Call::ChangeMembers { partition, change } => {
+                let group = s.partition(partition)?.group().ok_or_else(|| {
+                    StoreError::InvalidArgument(format!("{partition} is not replicated"))
+                })?;
+                reply(&group.change_members(change).await?)
+            }
             call @ (Call::CreateBucket { .. }
             | Call::Bucket { .. }
             | Call::ListBuckets { .. }
@@ -356,7 +362,10 @@ impl Inner {
         }
     }
 
-    /// The state of every replication group this node holds a replica of.
+    /// The state of every replication group this node holds a replica of
+    /// (as a voter or a learner: a replicated node opens every partition,
+    /// and a partition it is no member of, never or no longer, is not
+    /// reported).
     fn groups(&self) -> Vec<proto::GroupReport> {
         let catalog = self.store.catalog_group().map(|g| proto::GroupReport {
             group: "catalog".into(),
@@ -364,10 +373,12 @@ impl Inner {
             status: g.status(),
         });
         let partitions = self.store.partitions().iter().filter_map(|p| {
-            p.group().map(|g| proto::GroupReport {
+            let status = p.group()?.status();
+            let member = status.voters.contains(&status.me) || status.learners.contains(&status.me);
+            member.then(|| proto::GroupReport {
                 group: p.id().to_string(),
                 partition: Some(p.id()),
-                status: g.status(),
+                status,
             })
         });
         catalog.into_iter().chain(partitions).collect()

@@ -353,6 +353,14 @@ pub enum Call {
     /// The replication groups of this node, as it sees them
     /// (`Vec<GroupReport>`; empty when the node does not replicate). Named.
     Groups,
+    /// Change who holds a partition's group (`()`), at its leader. Named
+    /// (the partition).
+    ChangeMembers {
+        /// The partition.
+        partition: PartitionId,
+        /// The change.
+        change: crate::replication::MemberChange,
+    },
 }
 
 /// One replication group at one node (`laneway cluster status`).
@@ -416,6 +424,7 @@ impl Call {
             Call::QuotaReserve { .. } => "quota_reserve",
             Call::QuotaRelease { .. } => "quota_release",
             Call::Groups => "groups",
+            Call::ChangeMembers { .. } => "change_members",
         }
     }
 
@@ -433,6 +442,7 @@ impl Call {
             | Call::QuotaRelease { .. } => Route::Catalog,
             Call::Ping
             | Call::Groups
+            | Call::ChangeMembers { .. }
             | Call::SealBucket { .. }
             | Call::ReviveBucket { .. }
             | Call::BucketUsage { .. }
@@ -498,6 +508,7 @@ impl Call {
             | Call::BucketPending { partitions, .. }
             | Call::ListMultipartUploads { partitions, .. } => partitions.clone(),
             Call::ListRuns { reqs, .. } => reqs.iter().map(|r| r.partition).collect(),
+            Call::ChangeMembers { partition, .. } => vec![*partition],
             Call::EditTags { bucket, keys, .. } => {
                 let mut ps: Vec<PartitionId> = keys
                     .iter()
@@ -523,7 +534,8 @@ impl Call {
     ///   repeat answers "did not exist", which S3 does not show),
     ///   ReplaceObjectMeta (no precondition), EditTags ("applying it twice
     ///   is applying it once"), SealBucket, ReviveBucket, SetBucketTags,
-    ///   QuotaRelease.
+    ///   QuotaRelease, ChangeMembers (adding a learner twice, or setting
+    ///   the voters it already has, changes nothing).
     /// - AbortMultipartUpload and an unconditional
     ///   CompleteMultipartUpload: a repeat after the first took effect
     ///   finds no upload, which the client reads as that effect (a
@@ -540,6 +552,7 @@ impl Call {
         }
         match self {
             Call::Ping
+            | Call::ChangeMembers { .. }
             | Call::PutObjectTags { .. }
             | Call::DeleteObject { .. }
             | Call::ReplaceObjectMeta { .. }

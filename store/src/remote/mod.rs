@@ -63,7 +63,11 @@ pub struct RemoteStore {
 
 struct Inner {
     map: Arc<dyn MapSource>,
-    nodes: HashMap<NodeId, Arc<RpcClient>>,
+    /// A client per node, made on first use from the map source's
+    /// addresses (a node added to a running cluster is found there).
+    nodes: parking_lot::RwLock<HashMap<NodeId, Arc<RpcClient>>>,
+    /// Signs every call.
+    signer: Signer,
     opts: CallOptions,
     buckets: moka::sync::Cache<(TenantId, String), BucketInfo>,
     windows: window::Windows,
@@ -86,11 +90,12 @@ impl RemoteStore {
         let secret = file
             .read_secret()
             .map_err(|e| StoreError::Layout(e.to_string()))?;
+        let signer = Signer::new(&secret);
         let nodes = file
             .nodes
             .iter()
             .map(|n| {
-                let client = RpcClient::new(n.rpc.clone(), Signer::new(&secret));
+                let client = RpcClient::new(n.rpc.clone(), signer.clone());
                 (n.id.clone(), Arc::new(client))
             })
             .collect();
@@ -101,7 +106,8 @@ impl RemoteStore {
         Ok(RemoteStore {
             inner: Arc::new(Inner {
                 map,
-                nodes,
+                nodes: parking_lot::RwLock::new(nodes),
+                signer,
                 opts,
                 buckets,
                 windows: window::Windows::default(),
@@ -171,6 +177,47 @@ impl RemoteStore {
             .await
             .map(|(reply, _)| reply)
             .map_err(route::Sent::into_store)
+    }
+
+    /// The client of `node`: made from the map source's address the first
+    /// time (`None`: no source knows the node).
+    pub(crate) fn client(&self, node: &NodeId) -> Option<Arc<RpcClient>> {
+        if let Some(c) = self.inner.nodes.read().get(node) {
+            return Some(Arc::clone(c));
+        }
+        let info = self.inner.map.nodes().into_iter().find(|n| n.id == *node)?;
+        let client = Arc::new(RpcClient::new(info.rpc, self.inner.signer.clone()));
+        let mut nodes = self.inner.nodes.write();
+        Some(Arc::clone(nodes.entry(node.clone()).or_insert(client)))
+    }
+
+    /// Every store node the map source knows (and any this client met
+    /// before), in name order.
+    pub(crate) fn known_nodes(&self) -> Vec<NodeId> {
+        let mut ids: Vec<NodeId> = self.inner.map.nodes().into_iter().map(|n| n.id).collect();
+        ids.extend(self.inner.nodes.read().keys().cloned());
+        ids.sort();
+        ids.dedup();
+        ids
+    }
+
+    /// Ask partition `p`'s leader to change its group's members (`laneway
+    /// cluster move-partition`), following leaders within `within`.
+    pub async fn change_members(
+        &self,
+        p: PartitionId,
+        change: crate::replication::MemberChange,
+        within: Duration,
+    ) -> StoreResult<()> {
+        let deadline = tokio::time::Instant::now() + within;
+        let call = Call::ChangeMembers {
+            partition: p,
+            change,
+        };
+        self.send_routed::<()>(leaders::Target::Partition(p), call, deadline)
+            .await
+            .map(|_| ())
+            .map_err(|f| f.error)
     }
 
     /// Every node holding a replica of some partition, in name order.

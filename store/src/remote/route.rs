@@ -464,7 +464,7 @@ impl RemoteStore {
         window: Option<Arc<window::Window>>,
         deadline: Instant,
     ) -> Result<(T, BodyStream), Sent> {
-        let client = self.inner.nodes.get(node).ok_or_else(|| {
+        let client = self.client(node).ok_or_else(|| {
             Sent::Store(StoreError::Unavailable(format!(
                 "store node {node} is not in the cluster file"
             )))

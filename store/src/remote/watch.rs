@@ -51,10 +51,14 @@ impl RemoteStore {
         }))
     }
 
-    /// Ask every node which groups it leads (each answer due `within`)
-    /// and remember the leaders found.
+    /// Take a newer map if the source has one, ask every node which
+    /// groups it leads (each answer due `within`) and remember the leaders
+    /// found.
     pub async fn refresh_leaders(&self, within: Duration) {
-        let nodes: Vec<_> = self.inner.nodes.keys().cloned().collect();
+        if let Err(e) = self.inner.map.poll() {
+            tracing::warn!(error = %e, "the partition map could not be read again; keeping the one in use");
+        }
+        let nodes = self.known_nodes();
         let asks = nodes.iter().map(|n| async move {
             self.call_node_within::<Vec<GroupReport>>(n, Call::Groups, within)
                 .await

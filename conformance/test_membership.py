@@ -1,0 +1,584 @@
+"""Membership changes under load (docs/replication.md, "Membership
+changes") on `laneway cluster local --store-nodes 3 --gateways 2
+--replicas 3` (8 partitions), one cluster for the module; the tests run
+in order, each starting from the cluster the one before left:
+
+1. `laneway cluster add-node` adds store-4 to the cluster file holding
+   nothing; the test starts it (store-3's command line with its own data
+   directory, port and id) and runs `laneway cluster rebalance` while a
+   workload runs: every node then holds 6 of the 24 replicas, store-4
+   among them, and `laneway cluster status` shows store-4 in exactly the
+   groups the map gives it. A second rebalance has nothing to move.
+2. `laneway cluster move-partition` moves one of store-4's replicas back
+   to the store node without that partition, then `laneway cluster
+   remove-node` moves the rest off store-4 and takes it out of the file,
+   both under load: every partition is back on store-1..3. Then store-4's
+   process is stopped (SIGTERM): writes go on on every partition and
+   every acknowledged object of both tests reads back, so nothing still
+   depended on it.
+3. `remove-node` of store-1, which holds the catalog, is refused (exit 1,
+   naming the catalog) and changes neither the file nor any group.
+
+Under load means the `Workload` and the checks of test_replication.py
+(its `Nemesis`): six threads through both gateways doing PUT, GET and
+DELETE on 40 keys, recorded; after the change the history must be
+linearizable per key (lincheck.py: a GET answering absent or an older
+value after an acknowledged PUT is a violation), every acknowledged PUT
+that is its key's last write must read back byte-exact through both
+gateways (48 seed objects, 64 fresh keys and the workload's own), 64
+fresh keys (all partitions) must be writable, and the admin API's usage
+must equal a LIST. Besides: every error the workload saw must be a 503
+(ServiceUnavailable, SlowDown) or a transport error (a timeout, a
+connection closed or refused, a body cut short): while a replica moves,
+a partition whose leader leaves answers 503 for an election, and no
+other call fails (no 500, no 404, no other 4xx).
+
+The checks of the map read the cluster file itself (TOML: `[[nodes]]`,
+`[map] version, catalog, partitions`); the checks of the groups read
+`laneway cluster status --json`, where each group lists the replicas the
+map gives it, each `up` only when its node reports the group (a node
+reports only the groups it is a member of).
+
+Nothing here is skipped for a missing feature: without the subcommands
+the tests fail, saying what the CLI answered.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+import re
+import subprocess
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import botocore.exceptions
+import pytest
+
+import lincheck
+from cluster_util import LocalCluster, free_port_block, tail
+from conftest import terminate
+from lincheck import Op
+from test_replication import STORE_READY, Nemesis, cluster_status, node_cmdline, read_back
+
+try:  # Python 3.11+; before it, `laneway cluster show` is parsed instead
+    import tomllib
+except ModuleNotFoundError:
+    tomllib = None
+
+pytestmark = pytest.mark.skipif(
+    bool(os.environ.get("LANEWAY_ENDPOINT")), reason="starts its own cluster; not with LANEWAY_ENDPOINT"
+)
+
+PARTITIONS = 8
+REPLICAS = 3
+ORIGINAL = ["store-1", "store-2", "store-3"]
+NEW = "store-4"
+# The CLI's own deadline for a whole rebalance or remove-node (six moves,
+# each a learner catching up from the group's first entry, then two
+# membership commits), and for one move.
+MOVES_TIMEOUT_S = 120
+MOVE_TIMEOUT_S = 60
+# A rebalance of a balanced map has nothing to move.
+AGAIN_TIMEOUT_S = 30
+# How long past its own deadline the CLI may take before it is killed.
+CLI_GRACE_S = 30
+# A new store node prints its listening line and answers a ping within this.
+START_TIMEOUT_S = 60.0
+# After the moves, every group reports ok (a leader among the map's
+# replicas, every replica up and caught up) within this.
+STATUS_DEADLINE_S = 60.0
+# Codes of a ClientError the workload may see while replicas move (a 503:
+# an election after the leader left its group).
+RETRYABLE_CODES = frozenset({"ServiceUnavailable", "SlowDown", "503"})
+
+
+def _subclass_names(*roots: type) -> frozenset[str]:
+    names: set[str] = set()
+    stack = list(roots)
+    while stack:
+        cls = stack.pop()
+        names.add(cls.__name__)
+        stack.extend(cls.__subclasses__())
+    return frozenset(names)
+
+
+# What the workload records (test_replication.classify: the exception's
+# class name) for a transport error: a timeout, a connection refused or
+# closed, a streamed body that broke off or came short.
+TRANSPORT_ERRORS = _subclass_names(
+    botocore.exceptions.HTTPClientError,
+    botocore.exceptions.ConnectionError,
+    botocore.exceptions.IncompleteReadError,
+    builtins.ConnectionError,
+    builtins.TimeoutError,
+)
+
+
+# --- the cluster file ---------------------------------------------------------
+
+
+def cluster_file(cluster) -> Path:
+    return cluster.dir / "cluster.toml"
+
+
+@dataclass
+class ClusterMap:
+    """The parts of the cluster file these tests look at."""
+
+    version: int
+    nodes: dict[str, str]  # id -> RPC address, in the file's order
+    catalog: list[str]
+    partitions: list[list[str]]  # partition i -> its replicas
+
+    def held_by(self, node: str) -> list[int]:
+        return [p for p, replicas in enumerate(self.partitions) if node in replicas]
+
+    def groups(self) -> dict[str, list[str]]:
+        """Group name (as `cluster status` names it) -> replicas, sorted."""
+        out = {"catalog": sorted(self.catalog)}
+        out.update({f"p{p:04d}": sorted(r) for p, r in enumerate(self.partitions)})
+        return out
+
+    def show(self) -> str:
+        rows = [f"map version {self.version}, nodes {self.nodes}, catalog {self.catalog}"]
+        rows += [f"  p{p:04d} {' '.join(r)}" for p, r in enumerate(self.partitions)]
+        return "\n".join(rows)
+
+
+def read_map(cluster) -> ClusterMap:
+    """The cluster file as it is now (with Python < 3.11, as `laneway
+    cluster show` prints it)."""
+    path = cluster_file(cluster)
+    if tomllib is None:
+        return _map_from_show(cluster)
+    doc = tomllib.loads(path.read_text())
+    return ClusterMap(
+        version=doc["map"]["version"],
+        nodes={n["id"]: n["rpc"] for n in doc["nodes"]},
+        catalog=list(doc["map"]["catalog"]),
+        partitions=[list(r) for r in doc["map"]["partitions"]],
+    )
+
+
+def _map_from_show(cluster) -> ClusterMap:
+    ran = laneway_cluster(cluster, "show", timeout=60)
+    assert ran.code == 0, ran.describe()
+    version = re.search(r"map version (\d+)", ran.out)
+    catalog = re.search(r"^catalog\s+(.*)$", ran.out, re.M)
+    assert version and catalog, ran.describe()
+    nodes = dict(re.findall(r"^(\S+)\s+(\S+:\d+)\s+\d+\s+\d+\s*$", ran.out, re.M))
+    parts = [(int(p), r.split()) for p, r in re.findall(r"^p(\d+)\s+(.*)$", ran.out, re.M)]
+    return ClusterMap(int(version[1]), nodes, catalog[1].split(), [r for _, r in sorted(parts)])
+
+
+def map_problems(m: ClusterMap, nodes: list[str]) -> list[str]:
+    """Why `m` is not a balanced map over exactly `nodes`: each partition
+    with REPLICAS distinct replicas among them, each node holding the
+    floor or the ceiling of its share, the catalog on store-1..3."""
+    problems = []
+    if sorted(m.nodes) != sorted(nodes):
+        problems.append(f"the file's nodes are {sorted(m.nodes)}, not {sorted(nodes)}")
+    if len(m.partitions) != PARTITIONS:
+        problems.append(f"the map has {len(m.partitions)} partitions, not {PARTITIONS}")
+    for p, replicas in enumerate(m.partitions):
+        if len(set(replicas)) != REPLICAS or not set(replicas) <= set(nodes):
+            problems.append(f"p{p:04d} has replicas {replicas}: not {REPLICAS} distinct nodes of {nodes}")
+    total = len(m.partitions) * REPLICAS
+    low, high = total // len(nodes), -(-total // len(nodes))
+    shares = {n: len(m.held_by(n)) for n in nodes}
+    if any(not low <= s <= high for s in shares.values()):
+        problems.append(f"unbalanced: replicas per node {shares}, each should hold {low}..{high}")
+    if sorted(m.catalog) != ORIGINAL:
+        problems.append(f"the catalog's replicas are {m.catalog}, not {ORIGINAL}")
+    return problems
+
+
+# --- the CLI ------------------------------------------------------------------
+
+
+@dataclass
+class Ran:
+    """One run of `laneway cluster ...`."""
+
+    cmd: list[str]
+    code: Optional[int]  # None: killed at its timeout
+    out: str
+    err: str
+    seconds: float
+
+    def describe(self) -> str:
+        how = (f"killed after {self.seconds:.0f}s" if self.code is None
+               else f"exit {self.code} after {self.seconds:.1f}s")
+        return (f"`laneway {' '.join(self.cmd[1:])}`: {how}\n"
+                f"--- stdout ---\n{_last_lines(self.out, 40)}\n--- stderr ---\n{_last_lines(self.err, 40)}")
+
+
+def _last_lines(text: str, n: int) -> str:
+    return "\n".join(text.splitlines()[-n:])
+
+
+def _text(raw) -> str:
+    if raw is None:
+        return ""
+    return raw.decode(errors="replace") if isinstance(raw, bytes) else raw
+
+
+def laneway_cluster(cluster, sub: str, *args: str, timeout: float) -> Ran:
+    """`laneway cluster SUB --file F ARGS`, killed after `timeout`."""
+    cmd = [str(cluster.cmd[0]), "cluster", sub, "--file", str(cluster_file(cluster)), *args]
+    start = time.monotonic()
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, env=cluster.env, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        return Ran(cmd, None, _text(e.stdout), _text(e.stderr), time.monotonic() - start)
+    return Ran(cmd, done.returncode, done.stdout, done.stderr, time.monotonic() - start)
+
+
+def moves(cluster, sub: str, *args: str, timeout: int = MOVES_TIMEOUT_S) -> Ran:
+    """A subcommand that moves replicas, with its own --timeout."""
+    return laneway_cluster(cluster, sub, *args, "--timeout", str(timeout), timeout=timeout + CLI_GRACE_S)
+
+
+# --- the new store node -------------------------------------------------------
+
+
+@dataclass
+class AddedNode:
+    """A store node this module started itself (not a child of `cluster
+    local`): its process, command line and log."""
+
+    name: str
+    addr: str
+    cmd: list[str]
+    log: Path
+    proc: subprocess.Popen
+
+    def tail(self) -> str:
+        return f"--- {self.name}'s log {self.log} ---\n{tail(self.log, 60)}"
+
+
+def with_flags(cmdline: list[str], values: dict[str, str]) -> list[str]:
+    """`cmdline` with the value of each flag of `values` replaced (as
+    `--flag VALUE` or `--flag=VALUE`); each must be there."""
+    out = list(cmdline)
+    for flag, value in values.items():
+        at = [i for i, a in enumerate(out) if a == flag or a.startswith(flag + "=")]
+        assert len(at) == 1, f"{flag} appears {len(at)} times in {cmdline}"
+        i = at[0]
+        if out[i] == flag:
+            out[i + 1] = value
+        else:
+            out[i] = f"{flag}={value}"
+    return out
+
+
+def start_store(cluster, name: str, addr: str) -> AddedNode:
+    """Start store node `name` on `addr` with store-3's command line (its
+    own data directory, port and id), its output in logs/NAME.log, until
+    it prints its listening line and answers `laneway cluster ping`."""
+    cmd = with_flags(node_cmdline(cluster, "store-3"), {
+        "--data-dir": str(cluster.dir / name),
+        "--listen": addr,
+        "--node": name,
+    })
+    log = cluster.dir / "logs" / f"{name}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                env=cluster.env, start_new_session=True)
+    node = AddedNode(name, addr, cmd, log, proc)
+    cluster.added[name] = node
+    ready = STORE_READY.format(name)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while ready not in log.read_text(errors="replace"):
+        if proc.poll() is not None:
+            pytest.fail(f"{name} exited {proc.returncode} before it listened\ncommand: {' '.join(cmd)}\n"
+                        f"{node.tail()}", pytrace=False)
+        if time.monotonic() > deadline:
+            pytest.fail(f"{name} did not print {ready!r} within {START_TIMEOUT_S:.0f}s\n"
+                        f"command: {' '.join(cmd)}\n{node.tail()}", pytrace=False)
+        time.sleep(0.1)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while True:
+        ping = laneway_cluster(cluster, "ping", "--node", name, timeout=30)
+        if ping.code == 0:
+            return node
+        if proc.poll() is not None or time.monotonic() > deadline:
+            pytest.fail(f"{name} does not answer a ping (process exit code {proc.poll()})\n"
+                        f"{ping.describe()}\n{node.tail()}", pytrace=False)
+        time.sleep(0.5)
+
+
+# --- the checks ---------------------------------------------------------------
+
+
+def group_problems(cluster, m: ClusterMap) -> list[str]:
+    """Why `laneway cluster status --json` does not show every group of
+    `m` ok: its replicas those of the map, all up, one leader among them."""
+    try:
+        groups = cluster_status(cluster)["groups"]
+    except (ValueError, KeyError, TypeError, subprocess.TimeoutExpired) as e:
+        return [f"laneway cluster status --json gave no groups: {e!r}"]
+    expected = m.groups()
+    problems = []
+    names = [g["group"] for g in groups]
+    if names != list(expected):
+        problems.append(f"status lists the groups {names}, the map {list(expected)}")
+    for g in groups:
+        nodes = [r["node"] for r in g["replicas"]]
+        leaders = [r["node"] for r in g["replicas"] if r["leader"]]
+        down = [r["node"] for r in g["replicas"] if not r["up"]]
+        lag = {r["node"]: r["lag"] for r in g["replicas"] if r["lag"]}
+        if sorted(nodes) != expected.get(g["group"]):
+            problems.append(f"{g['group']}: replicas {nodes}, the map gives {expected.get(g['group'])}")
+        if g["health"] != "ok" or g["leader"] not in nodes or leaders != [g["leader"]] or down:
+            problems.append(f"{g['group']}: health {g['health']}, leader {g['leader']}, replicas leading "
+                            f"{leaders}, down {down}, lag {lag}")
+    return problems
+
+
+def wait_groups_ok(cluster, m: ClusterMap) -> list[str]:
+    """group_problems until there are none or STATUS_DEADLINE_S passes;
+    the last problems found (empty: every group ok)."""
+    deadline = time.monotonic() + STATUS_DEADLINE_S
+    while True:
+        problems = group_problems(cluster, m)
+        if not problems or time.monotonic() > deadline:
+            return problems
+        time.sleep(1.0)
+
+
+def reported_groups(cluster, node: str) -> set[str]:
+    """The groups in which `laneway cluster status` shows `node` up (it
+    reports them); empty when the status cannot be read."""
+    try:
+        groups = cluster_status(cluster)["groups"]
+    except (ValueError, KeyError, TypeError, subprocess.TimeoutExpired):
+        return set()
+    return {g["group"] for g in groups for r in g["replicas"] if r["node"] == node and r["up"]}
+
+
+def wait_reported(cluster, node: str, expected: set[str]) -> Optional[str]:
+    """None once `node` is up in exactly the groups `expected` (within
+    STATUS_DEADLINE_S); else what status showed last."""
+    deadline = time.monotonic() + STATUS_DEADLINE_S
+    while True:
+        reported = reported_groups(cluster, node)
+        if reported == expected:
+            return None
+        if time.monotonic() > deadline:
+            return f"status shows {node} up in {sorted(reported)}, the map gives it {sorted(expected)}"
+        time.sleep(1.0)
+
+
+def error_problems(history: list[Op]) -> list[str]:
+    """The workload's failed and unknown calls whose error was neither a
+    503 nor a transport error, by kind and code, with a few examples."""
+    seen = Counter(o.note for o in history if o.failed or o.unknown)
+    bad = [o for o in history if (o.failed or o.unknown)
+           and o.note not in RETRYABLE_CODES and o.note not in TRANSPORT_ERRORS]
+    if not bad:
+        return []
+    t0 = min(o.invoke for o in history)
+    by_code = Counter(f"{o.kind} {o.note}" for o in bad)
+    return [f"{len(bad)} workload calls failed with neither a 503 nor a transport error: "
+            f"{dict(by_code)} (all errors seen: {dict(seen)}), e.g.\n"
+            + "\n".join(f"    {o.show(t0)}" for o in bad[:8])]
+
+
+def moved_problems(ran: Ran, before: ClusterMap, after: ClusterMap) -> list[str]:
+    """A command that changed the map: it exited 0 and the map's version
+    went up."""
+    problems = []
+    if ran.code != 0:
+        problems.append(ran.describe())
+    if after.version <= before.version:
+        problems.append(f"`laneway cluster {ran.cmd[2]}` left the map at version {after.version} "
+                        f"(it was {before.version})")
+    return problems
+
+
+def remember(cluster, nemesis: Nemesis) -> None:
+    """Keep the keys and ops of `nemesis`'s bucket, for the read-back once
+    store-4 is gone."""
+    keys = nemesis.workload.keys + sorted({o.key for o in nemesis.fresh})
+    cluster.written.append((nemesis.bucket, keys, nemesis.workload.ops() + nemesis.fresh))
+
+
+def readback_problems(cluster) -> list[str]:
+    """Every bucket the module wrote, read back through both gateways:
+    every key readable (an object or absent), every acknowledged PUT that
+    is its key's last write there byte-exact."""
+    problems = []
+    for bucket, keys, ops in cluster.written:
+        finals, _ = read_back(cluster, bucket, keys)
+        t0 = min(o.invoke for o in ops)
+        for g, final in enumerate(finals):
+            unreadable = {k: v for k, v in final.items() if isinstance(v, str) and v.startswith("<unreadable")}
+            if unreadable:
+                problems.append(f"{bucket} through gateway {g + 1}: {len(unreadable)} keys unreadable, e.g. "
+                                f"{dict(list(unreadable.items())[:6])}")
+            lost = lincheck.lost_writes(ops, final)
+            if lost:
+                problems.append(f"{bucket} through gateway {g + 1}: {len(lost)} acknowledged PUTs lost or "
+                                f"changed:\n" + "\n".join(w.describe(t0) for w in lost[:8]))
+    return problems
+
+
+# --- the cluster --------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    work = tmp_path_factory.mktemp("membership")
+    c = LocalCluster(work, stores=3, gateways=2, partitions=PARTITIONS, replicas=REPLICAS)
+    c.restarted = {}  # test_replication's node_pid looks here first (none here)
+    c.added = {}  # store nodes this module started: name -> AddedNode
+    c.written = []  # (bucket, keys, ops) of each test, for the last read-back
+    yield c
+    try:
+        code = c.stop()
+    finally:
+        for node in c.added.values():
+            if node.proc.poll() is None:
+                terminate(node.proc, 60)
+    # No child of the supervisor is killed here: each must have run until
+    # asked to stop, and stopped on SIGTERM.
+    assert code == 0, f"cluster local exited {code}\n{c.logs()}"
+
+
+@pytest.fixture
+def nemesis(cluster):
+    n = Nemesis(cluster)
+    yield n
+    n.undo()
+
+
+# --- the tests ----------------------------------------------------------------
+
+
+# Above the sum of this test's own deadlines (the cluster's start, the
+# new node's, the CLI's, the checks'), so a hang fails here, not in
+# pytest-timeout, which would end the run without a teardown.
+@pytest.mark.timeout(720)
+def test_a_fourth_node_takes_its_share_under_load(nemesis, cluster):
+    """add-node store-4, start it, rebalance under load: 6 replicas on
+    every node, store-4 a member of exactly its groups, nothing lost."""
+    before = read_map(cluster)
+    assert not map_problems(before, ORIGINAL), "\n".join(map_problems(before, ORIGINAL) + [before.show()])
+    # A short warm-up: the workload's calls are bounded (test_replication's
+    # OPS_PER_THREAD), most of them should overlap the moves.
+    nemesis.start("add-node", seed=21, warmup=1.0)
+
+    addr = f"127.0.0.1:{free_port_block(1)}"
+    added = laneway_cluster(cluster, "add-node", "--id", NEW, "--rpc", addr, timeout=60)
+    assert added.code == 0, added.describe()
+    joined = read_map(cluster)
+    assert joined.nodes.get(NEW) == addr, f"the file does not list {NEW} at {addr}\n{joined.show()}"
+    assert {n: joined.nodes.get(n) for n in ORIGINAL} == before.nodes, joined.show()
+    assert (joined.partitions, joined.catalog) == (before.partitions, before.catalog), \
+        f"add-node changed the map: the new node must hold nothing yet\n{joined.show()}"
+    assert joined.version > before.version, f"add-node left the map at version {joined.version}"
+
+    node = start_store(cluster, NEW, addr)
+    ran = moves(cluster, "rebalance")
+    print(ran.describe())
+    after = read_map(cluster)
+    problems = moved_problems(ran, joined, after) + map_problems(after, ORIGINAL + [NEW])
+    if len(after.held_by(NEW)) != PARTITIONS * REPLICAS // 4:
+        problems.append(f"{NEW} holds {after.held_by(NEW)}, not {PARTITIONS * REPLICAS // 4} partitions")
+
+    history = nemesis.workload.stop()
+    problems += error_problems(history)
+    problems += wait_groups_ok(cluster, after)
+    why = wait_reported(cluster, NEW, {f"p{p:04d}" for p in after.held_by(NEW)})
+    if why:
+        problems.append(why)
+    # Balanced already: a second run has nothing to move.
+    again = moves(cluster, "rebalance", timeout=AGAIN_TIMEOUT_S)
+    if again.code != 0 or read_map(cluster).partitions != after.partitions:
+        problems.append(f"a second rebalance moved replicas or failed:\n{again.describe()}\n"
+                        f"{read_map(cluster).show()}")
+    if node.proc.poll() is not None:
+        problems.append(f"{NEW} exited {node.proc.returncode}\n{node.tail()}")
+    if problems:
+        problems.append(f"map before: {before.show()}\nmap after: {after.show()}\n{node.tail()}")
+    nemesis.problems += problems
+    nemesis.verify("add-node")
+    remember(cluster, nemesis)
+
+
+@pytest.mark.timeout(660)
+def test_a_partition_moves_back_and_a_node_is_removed_under_load(nemesis, cluster):
+    """Under load: move-partition of one of store-4's replicas back to
+    store-1..3, then remove-node store-4; every partition back on
+    store-1..3, nothing lost; then store-4 stops and writes go on."""
+    node = cluster.added.get(NEW)
+    assert node is not None and node.proc.poll() is None, f"{NEW} does not run (see the test before)"
+    before = read_map(cluster)
+    assert before.held_by(NEW), f"{NEW} holds no partition (see the test before)\n{before.show()}"
+    nemesis.start("remove-node", seed=22, warmup=1.0)
+
+    p = before.held_by(NEW)[0]
+    target = next(n for n in ORIGINAL if n not in before.partitions[p])
+    ran = moves(cluster, "move-partition", "--partition", str(p), "--from", NEW, "--to", target,
+                timeout=MOVE_TIMEOUT_S)
+    print(ran.describe())
+    moved = read_map(cluster)
+    problems = moved_problems(ran, before, moved)
+    want = sorted(target if n == NEW else n for n in before.partitions[p])
+    if sorted(moved.partitions[p]) != want:
+        problems.append(f"after the move p{p:04d} has replicas {moved.partitions[p]}, not {want}")
+    others = [q for q in range(len(before.partitions)) if q != p and moved.partitions[q] != before.partitions[q]]
+    if others:
+        problems.append(f"moving p{p:04d} changed the replicas of {others} too")
+
+    ran = moves(cluster, "remove-node", "--id", NEW)
+    print(ran.describe())
+    after = read_map(cluster)
+    problems += moved_problems(ran, moved, after) + map_problems(after, ORIGINAL)
+    if {n: after.nodes.get(n) for n in ORIGINAL} != {n: before.nodes[n] for n in ORIGINAL}:
+        problems.append(f"the remaining nodes' addresses changed: {after.nodes}")
+
+    history = nemesis.workload.stop()
+    problems += error_problems(history)
+    problems += wait_groups_ok(cluster, after)
+    if node.proc.poll() is not None:
+        problems.append(f"{NEW} exited {node.proc.returncode} before it was stopped\n{node.tail()}")
+    if problems:
+        problems.append(f"map before: {before.show()}\nafter the move: {moved.show()}\n"
+                        f"after remove-node: {after.show()}\n{node.tail()}")
+    nemesis.problems += problems
+    nemesis.verify("remove-node")
+
+    # store-4 holds nothing now: without it every partition still takes
+    # writes, and everything both tests wrote reads back.
+    running = node.proc.poll() is None
+    code = terminate(node.proc, 60) if running else node.proc.returncode
+    if code != 0:
+        nemesis.problems.append(f"{NEW} exited {code} on SIGTERM (0 expected)\n{node.tail()}")
+    nemesis.writes_succeed("remove-node-gone")
+    remember(cluster, nemesis)
+    nemesis.problems += readback_problems(cluster)
+    assert not nemesis.problems, "\n".join(nemesis.problems)
+
+
+def test_a_catalog_node_cannot_be_removed(cluster):
+    """remove-node store-1 (a catalog replica) exits 1 naming the catalog;
+    the file and every group stay as they were."""
+    path = cluster_file(cluster)
+    text = path.read_bytes()
+    before = read_map(cluster)
+    assert "store-1" in before.catalog, before.show()
+    ran = laneway_cluster(cluster, "remove-node", "--id", "store-1", timeout=60)
+    assert ran.code == 1, ran.describe()
+    assert "catalog" in (ran.out + ran.err).lower(), f"the refusal does not name the catalog\n{ran.describe()}"
+    assert path.read_bytes() == text, f"remove-node store-1 changed the file\n{read_map(cluster).show()}"
+    # No replica of store-1 left its group either: a node reports only the
+    # groups it is a member of.
+    why = wait_reported(cluster, "store-1", {"catalog"} | {f"p{p:04d}" for p in before.held_by("store-1")})
+    assert why is None, why
