@@ -1,6 +1,9 @@
-//! A store node's replication, wired from the cluster file: one Raft
-//! group per partition the map gives this node a replica of, and one for
-//! the catalog where the map lists this node among its replicas.
+//! A store node's replication, wired from the cluster file: a replica of
+//! every partition's Raft group and of the catalog's, each a member where
+//! the map (or a membership change since) makes this node one, and idle
+//! elsewhere: an idle replica never initializes its group, so it stays
+//! out of it until the group's leader adds it (`laneway cluster
+//! move-partition`).
 //!
 //! [`NodeReplication::new`] builds the two halves a node needs: the
 //! [`Replication`] opener that `Store::open` starts every group through
@@ -84,14 +87,12 @@ impl Specs {
             .partitions()
             .map(|p| members(file, map.replicas(p)))
             .collect::<Result<Vec<_>, _>>()?;
-        let catalog = if map.catalog().contains(me) {
-            Some(GroupSpec {
-                me: me.raft_id(),
-                members: members(file, map.catalog())?,
-            })
-        } else {
-            None
-        };
+        // Every node runs a replica of the catalog's group, idle unless
+        // the map (or a membership change since) makes it a member.
+        let catalog = Some(GroupSpec {
+            me: me.raft_id(),
+            members: members(file, map.catalog())?,
+        });
         Ok(Specs {
             me: me.raft_id(),
             partitions,
@@ -174,7 +175,14 @@ partitions = [["a", "b", "c"], ["b", "c", "d"]]
     fn each_group_has_the_maps_replicas_at_their_rpc_addresses() {
         let file = ClusterFile::parse(Path::new("/x/cluster.toml"), FILE).expect("parse");
         let specs = Specs::of(&file, &node("d")).expect("specs");
-        assert!(specs.catalog.is_none(), "d holds no catalog replica");
+        let idle = specs
+            .catalog
+            .as_ref()
+            .expect("every node runs the catalog's group");
+        assert!(
+            !idle.members.contains_key(&node("d").raft_id()),
+            "d is no member of it, so it never initializes it"
+        );
         let p1 = specs.of_partition(PartitionId(1));
         assert_eq!(p1.me, node("d").raft_id());
         let addrs: Vec<(u64, String)> = p1

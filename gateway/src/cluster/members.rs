@@ -23,14 +23,15 @@
 //! led the group, it steps down once the new configuration commits and
 //! the new voters elect a leader.
 //!
-//! The tool needs write access to the cluster file every process reads
-//! (a shared file on one host, a shared volume under compose). The
-//! catalog's replicas do not move yet.
+//! The catalog's group moves the same way (`--partition catalog`);
+//! `remove-node` moves the node's partitions first and its catalog
+//! replica last. The tool needs write access to the cluster file every
+//! process reads (a shared file on one host, a shared volume under
+//! compose).
 
 use clap::Args;
-use laneway_store::cluster::placement::{Move, check_move, drain_step, rebalance_step};
+use laneway_store::cluster::placement::{GroupRef, Move, check_move, drain_step, rebalance_step};
 use laneway_store::cluster::{ClusterFile, FileMapSource, MapSource, NodeId, NodeInfo};
-use laneway_store::ids::PartitionId;
 use laneway_store::node::proto::{Call, GroupReport};
 use laneway_store::remote::RemoteStore;
 use laneway_store::replication::{GroupStatus, MemberChange};
@@ -73,7 +74,7 @@ pub struct MoveArgs {
     /// The cluster file (written in place).
     #[arg(long, env = "LANEWAY_CLUSTER")]
     pub file: PathBuf,
-    /// The partition (`3` or `p0003`).
+    /// The partition (`3` or `p0003`), or `catalog`.
     #[arg(long)]
     pub partition: String,
     /// The node giving its replica up.
@@ -137,7 +138,7 @@ pub fn add_node(args: AddNodeArgs) -> ExitCode {
 pub fn move_partition(args: MoveArgs) -> ExitCode {
     let done = (|| {
         let m = Move {
-            partition: parse_partition(&args.partition)?,
+            group: GroupRef::parse(&args.partition).map_err(|e| format!("--partition: {e}"))?,
             from: NodeId::parse(&args.from).map_err(|e| format!("--from: {e}"))?,
             to: NodeId::parse(&args.to).map_err(|e| format!("--to: {e}"))?,
         };
@@ -184,10 +185,12 @@ pub fn remove_node(args: RemoveNodeArgs) -> ExitCode {
         if first.node(id.as_str()).is_none() {
             return Err(format!("node {id} is not in the cluster file"));
         }
-        if first.map.catalog().contains(&id) {
+        // Refused before anything moves when some group has nowhere to go.
+        let others = first.nodes.len() - 1;
+        if others < first.map.catalog().len() {
             return Err(format!(
-                "node {id} holds a replica of the catalog, which cannot move yet \
-                 (docs/replication.md); remove a node that holds only partitions"
+                "removing {id} would leave {others} nodes for groups of {} replicas: add a node first",
+                first.map.catalog().len()
             ));
         }
         let rt = super::runtime()?;
@@ -233,15 +236,6 @@ fn load_replicated(path: &Path) -> Result<ClusterFile, String> {
     Ok(file)
 }
 
-/// `3` or `p0003`.
-fn parse_partition(s: &str) -> Result<PartitionId, String> {
-    s.strip_prefix('p')
-        .unwrap_or(s)
-        .parse::<u32>()
-        .map(PartitionId)
-        .map_err(|_| format!("--partition {s:?}: expected a number such as 3 or p0003"))
-}
-
 /// Make move `m` on the cluster of the file at `path`, each step within
 /// `timeout` in all, then write the file.
 async fn move_replica(path: &Path, m: &Move, timeout: Duration) -> Result<(), String> {
@@ -257,7 +251,7 @@ async fn move_replica(path: &Path, m: &Move, timeout: Duration) -> Result<(), St
         .call_node::<()>(&m.to, Call::Ping)
         .await
         .map_err(|e| format!("{} does not answer ({e}): start it first", m.to))?;
-    let p = m.partition;
+    let p = m.group;
     println!("{m}: adding {} as a learner", m.to);
     let learner = MemberChange::AddLearner {
         id: m.to.raft_id(),
@@ -269,9 +263,8 @@ async fn move_replica(path: &Path, m: &Move, timeout: Duration) -> Result<(), St
     .await?;
     let asked = asked_nodes(&file, m);
     wait_caught_up(&cluster, &asked, m, deadline).await?;
-    let voters: Vec<u64> = file
-        .map
-        .replicas(p)
+    let voters: Vec<u64> = p
+        .replicas(&file.map)
         .iter()
         .map(|n| if *n == m.from { &m.to } else { n })
         .map(NodeId::raft_id)
@@ -332,18 +325,22 @@ where
 /// The nodes that may report on the move's group: its replicas in the
 /// file and the node taking one.
 fn asked_nodes(file: &ClusterFile, m: &Move) -> Vec<NodeId> {
-    let mut nodes = file.map.replicas(m.partition).to_vec();
+    let mut nodes = m.group.replicas(&file.map).to_vec();
     nodes.push(m.to.clone());
     nodes
 }
 
-/// The group of `p` as its leader reports it (of several claims, the
-/// highest term's), asking `nodes`.
+/// Group `g` as its leader reports it (of several claims, the highest
+/// term's), asking `nodes`.
 async fn leader_status(
     cluster: &RemoteStore,
     nodes: &[NodeId],
-    p: PartitionId,
+    g: GroupRef,
 ) -> Option<GroupStatus> {
+    let partition = match g {
+        GroupRef::Catalog => None,
+        GroupRef::Partition(p) => Some(p),
+    };
     let asks = nodes.iter().map(|n| async move {
         cluster
             .call_node_within::<Vec<GroupReport>>(n, Call::Groups, Duration::from_secs(5))
@@ -355,7 +352,7 @@ async fn leader_status(
         .into_iter()
         .flatten()
         .flatten()
-        .filter(|r| r.partition == Some(p))
+        .filter(|r| r.partition == partition)
         .map(|r| r.status)
         .filter(|s| s.leader == Some(s.me))
         .max_by_key(|s| s.term)
@@ -372,7 +369,7 @@ async fn wait_caught_up(
     let learner = m.to.raft_id();
     let mut said = Instant::now();
     loop {
-        if let Some(s) = leader_status(cluster, nodes, m.partition).await {
+        if let Some(s) = leader_status(cluster, nodes, m.group).await {
             let matched = s
                 .matched
                 .iter()
@@ -394,12 +391,7 @@ async fn wait_caught_up(
 }
 
 /// Whether `p`'s leader reports exactly `voters` as its voters.
-async fn has_voters(
-    cluster: &RemoteStore,
-    nodes: &[NodeId],
-    p: PartitionId,
-    voters: &[u64],
-) -> bool {
+async fn has_voters(cluster: &RemoteStore, nodes: &[NodeId], p: GroupRef, voters: &[u64]) -> bool {
     let mut want = voters.to_vec();
     want.sort_unstable();
     leader_status(cluster, nodes, p).await.is_some_and(|s| {
@@ -414,7 +406,7 @@ async fn has_voters(
 async fn wait_for_voters(
     cluster: &RemoteStore,
     nodes: &[NodeId],
-    p: PartitionId,
+    p: GroupRef,
     voters: &[u64],
     deadline: Instant,
 ) -> Result<(), String> {
@@ -427,17 +419,4 @@ async fn wait_for_voters(
         tokio::time::sleep(POLL).await;
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn partitions_are_given_as_numbers_or_names() {
-        assert_eq!(parse_partition("3"), Ok(PartitionId(3)));
-        assert_eq!(parse_partition("p0003"), Ok(PartitionId(3)));
-        assert!(parse_partition("x3").is_err());
-        assert!(parse_partition("").is_err());
-    }
 }

@@ -172,6 +172,14 @@ impl PartitionMap {
         map
     }
 
+    /// This map with the catalog held by `replicas`, one version newer.
+    pub fn with_catalog(&self, replicas: Vec<NodeId>) -> PartitionMap {
+        PartitionMap {
+            catalog: replicas,
+            ..self.bumped()
+        }
+    }
+
     /// The table as the cluster file writes it.
     pub(crate) fn raw_replicas(&self) -> Vec<Vec<String>> {
         self.replicas

@@ -12,20 +12,65 @@
 //! would refuse.
 //!
 //! Plans are pure functions of the map: [`rebalance_step`] moves one
-//! replica from the node holding the most to the node holding the fewest
-//! until no two nodes differ by more than one; [`drain_step`] moves one
-//! replica off a node being removed, to the node holding the fewest
-//! among those without the partition.
+//! partition replica from the node holding the most to the node holding
+//! the fewest until no two nodes differ by more than one (the catalog
+//! stays where it is); [`drain_step`] moves one replica off a node being
+//! removed, its partitions first and its catalog replica last, to the
+//! node holding the fewest among those without one of that group.
 
 use crate::cluster::file::{ClusterFile, ClusterFileError};
 use crate::cluster::map::{NodeId, NodeInfo, PartitionMap};
 use crate::ids::PartitionId;
 
-/// One replica of one partition, moving from one node to another.
+/// A replication group of the cluster: a partition's or the catalog's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum GroupRef {
+    /// The catalog's group (buckets, tenants, keys).
+    Catalog,
+    /// A partition's group.
+    Partition(PartitionId),
+}
+
+impl GroupRef {
+    /// Its replicas under `map` (none for a partition out of range).
+    pub fn replicas(self, map: &PartitionMap) -> &[NodeId] {
+        match self {
+            GroupRef::Catalog => map.catalog(),
+            GroupRef::Partition(p) => map.replicas(p),
+        }
+    }
+
+    /// `catalog`, `3` or `p0003`.
+    pub fn parse(s: &str) -> Result<GroupRef, String> {
+        if s == "catalog" {
+            return Ok(GroupRef::Catalog);
+        }
+        s.strip_prefix('p')
+            .unwrap_or(s)
+            .parse::<u32>()
+            .map(|p| GroupRef::Partition(PartitionId(p)))
+            .map_err(|_| {
+                format!(
+                    "{s:?} is not a group: expected `catalog`, or a partition such as 3 or p0003"
+                )
+            })
+    }
+}
+
+impl std::fmt::Display for GroupRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GroupRef::Catalog => f.write_str("catalog"),
+            GroupRef::Partition(p) => write!(f, "{p}"),
+        }
+    }
+}
+
+/// One replica of one group, moving from one node to another.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Move {
-    /// The partition.
-    pub partition: PartitionId,
+    /// The group.
+    pub group: GroupRef,
     /// The node giving its replica up.
     pub from: NodeId,
     /// The node taking a replica.
@@ -34,7 +79,7 @@ pub struct Move {
 
 impl std::fmt::Display for Move {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {} -> {}", self.partition, self.from, self.to)
+        write!(f, "{}: {} -> {}", self.group, self.from, self.to)
     }
 }
 
@@ -84,10 +129,7 @@ impl ClusterFile {
             return Err(format!("node {id} is not in the cluster file"));
         }
         if self.map.catalog().contains(id) {
-            return Err(format!(
-                "node {id} holds a replica of the catalog, which cannot move yet \
-                 (docs/replication.md); remove another node"
-            ));
+            return Err(format!("node {id} still holds a replica of the catalog"));
         }
         let held = self.map.hosted_by(id);
         if !held.is_empty() {
@@ -99,44 +141,43 @@ impl ClusterFile {
         Ok(file)
     }
 
-    /// This file with `m` done: its partition held by `m.to` in place of
+    /// This file with `m` done: its group held by `m.to` in place of
     /// `m.from`, the map one version newer.
     pub fn with_replica_moved(&self, m: &Move) -> Result<ClusterFile, String> {
         check_move(self, m)?;
-        let replicas: Vec<NodeId> = self
-            .map
-            .replicas(m.partition)
-            .iter()
-            .map(|n| {
-                if *n == m.from {
-                    m.to.clone()
-                } else {
-                    n.clone()
-                }
-            })
-            .collect();
+        let swap = |n: &NodeId| {
+            if *n == m.from {
+                m.to.clone()
+            } else {
+                n.clone()
+            }
+        };
+        let replicas: Vec<NodeId> = m.group.replicas(&self.map).iter().map(swap).collect();
         let mut file = self.clone();
-        file.map = file.map.with_replicas(m.partition, replicas);
+        file.map = match m.group {
+            GroupRef::Catalog => file.map.with_catalog(replicas),
+            GroupRef::Partition(p) => file.map.with_replicas(p, replicas),
+        };
         Ok(file)
     }
 }
 
-/// Whether `m` can be made on `file`: its partition exists, `from` holds
-/// it, `to` is a node of the file that does not.
+/// Whether `m` can be made on `file`: its group exists, `from` holds a
+/// replica of it, `to` is a node of the file that does not.
 pub fn check_move(file: &ClusterFile, m: &Move) -> Result<(), String> {
-    let replicas = file.map.replicas(m.partition);
+    let replicas = m.group.replicas(&file.map);
     if replicas.is_empty() {
         return Err(format!(
             "{} is not a partition of this cluster ({} partitions)",
-            m.partition,
+            m.group,
             file.map.partition_count()
         ));
     }
     if !replicas.contains(&m.from) {
-        return Err(format!("{} is not on {}", m.partition, m.from));
+        return Err(format!("{} is not on {}", m.group, m.from));
     }
     if replicas.contains(&m.to) {
-        return Err(format!("{} is already on {}", m.partition, m.to));
+        return Err(format!("{} is already on {}", m.group, m.to));
     }
     if file.node(m.to.as_str()).is_none() {
         return Err(format!(
@@ -173,24 +214,26 @@ pub fn rebalance_step(map: &PartitionMap, nodes: &[NodeInfo]) -> Option<Move> {
         .partitions()
         .find(|p| map.replicas(*p).contains(most) && !map.replicas(*p).contains(fewest))?;
     Some(Move {
-        partition,
+        group: GroupRef::Partition(partition),
         from: most.clone(),
         to: fewest.clone(),
     })
 }
 
 /// The next move off node `leaving` (`Ok(None)`: it holds nothing): its
-/// lowest partition, to the node holding the fewest replicas among those
-/// without that partition.
+/// lowest partition, then its catalog replica, each to the node holding
+/// the fewest replicas among those without one of that group.
 pub fn drain_step(
     map: &PartitionMap,
     nodes: &[NodeInfo],
     leaving: &NodeId,
 ) -> Result<Option<Move>, String> {
-    let Some(partition) = map.hosted_by(leaving).first().copied() else {
-        return Ok(None);
+    let group = match map.hosted_by(leaving).first() {
+        Some(p) => GroupRef::Partition(*p),
+        None if map.catalog().contains(leaving) => GroupRef::Catalog,
+        None => return Ok(None),
     };
-    let replicas = map.replicas(partition);
+    let replicas = group.replicas(map);
     let to = loads(map, nodes)
         .into_iter()
         .filter(|(n, _)| n != leaving && !replicas.contains(n))
@@ -198,12 +241,12 @@ pub fn drain_step(
         .map(|(n, _)| n)
         .ok_or_else(|| {
             format!(
-                "no node can take {partition} from {leaving}: every other node holds it already \
+                "no node can take {group} from {leaving}: every other node holds it already \
                  (add a node first)"
             )
         })?;
     Ok(Some(Move {
-        partition,
+        group,
         from: leaving.clone(),
         to,
     }))
@@ -295,12 +338,50 @@ mod tests {
     }
 
     #[test]
-    fn a_node_of_the_catalog_or_without_a_place_to_move_to_is_refused() {
+    fn a_node_without_a_place_to_move_to_is_refused() {
         let f = file(3);
-        let err = f.without_node(&id("s1")).expect_err("catalog");
+        let err = f.without_node(&id("s1")).expect_err("holds replicas");
         assert!(err.contains("catalog"), "{err}");
         let err = drain_step(&f.map, &f.nodes, &id("s1")).expect_err("nowhere to go");
         assert!(err.contains("add a node"), "{err}");
+    }
+
+    #[test]
+    fn draining_a_catalog_node_moves_its_partitions_then_its_catalog_replica() {
+        let (mut f, _) = rebalance(file(3).with_node(info("s4", 9104)).expect("add"));
+        let s1 = id("s1");
+        let mut moved = Vec::new();
+        while let Some(m) = drain_step(&f.map, &f.nodes, &s1).expect("plan") {
+            f = f.with_replica_moved(&m).expect("move");
+            moved.push(m.group);
+        }
+        assert_eq!(
+            moved.last(),
+            Some(&GroupRef::Catalog),
+            "the catalog last: {moved:?}"
+        );
+        assert_eq!(moved.len(), 7, "six partitions and the catalog");
+        assert_eq!(f.map.catalog(), &[id("s4"), id("s2"), id("s3")]);
+        let f = f.without_node(&s1).expect("remove");
+        for n in ["s2", "s3", "s4"] {
+            assert_eq!(f.map.hosted_by(&id(n)).len(), 8, "{n}");
+        }
+    }
+
+    #[test]
+    fn groups_are_named_catalog_or_by_partition() {
+        assert_eq!(GroupRef::parse("catalog"), Ok(GroupRef::Catalog));
+        assert_eq!(
+            GroupRef::parse("3"),
+            Ok(GroupRef::Partition(PartitionId(3)))
+        );
+        assert_eq!(
+            GroupRef::parse("p0003"),
+            Ok(GroupRef::Partition(PartitionId(3)))
+        );
+        assert!(GroupRef::parse("x3").is_err());
+        assert!(GroupRef::parse("").is_err());
+        assert_eq!(GroupRef::Partition(PartitionId(3)).to_string(), "p0003");
     }
 
     #[test]
@@ -308,7 +389,7 @@ mod tests {
         let f = file(3);
         let p = PartitionId(0);
         let m = |from: &str, to: &str| Move {
-            partition: p,
+            group: GroupRef::Partition(p),
             from: id(from),
             to: id(to),
         };
@@ -325,7 +406,7 @@ mod tests {
         let moved = f4.with_replica_moved(&m("s2", "s4")).expect("move");
         assert_eq!(moved.map.replicas(p), &[id("s1"), id("s4"), id("s3")]);
         let out_of_range = Move {
-            partition: PartitionId(8),
+            group: GroupRef::Partition(PartitionId(8)),
             ..m("s1", "s4")
         };
         assert!(f4.with_replica_moved(&out_of_range).is_err());

@@ -17,6 +17,7 @@ pub mod lanes;
 pub mod proto;
 pub mod windows;
 
+use crate::cluster::placement::GroupRef;
 use crate::cluster::{MapSource, NodeId};
 use crate::error::{StoreError, StoreResult};
 use crate::list::RunSource;
@@ -173,8 +174,13 @@ impl Inner {
         }
     }
 
+    /// Whether catalog calls may be answered here: on a replicated node,
+    /// where its replica of the catalog's group runs (every replicated
+    /// node runs one, idle where it is no member, and the group refuses
+    /// calls at any replica but its leader); otherwise where the map puts
+    /// the catalog.
     fn hosts_catalog(&self) -> bool {
-        self.map.current().catalog().contains(&self.node)
+        self.store.catalog_group().is_some() || self.map.current().catalog().contains(&self.node)
     }
 
     /// Refuse a call that names partitions ([`Call::named_partitions`])
@@ -198,11 +204,15 @@ impl Inner {
         match call {
             Call::Ping => reply(&()),
             Call::Groups => reply(&self.groups()),
-            Call::ChangeMembers { partition, change } => {
-                let group = s.partition(partition)?.group().ok_or_else(|| {
-                    StoreError::InvalidArgument(format!("{partition} is not replicated"))
+            Call::ChangeMembers { group, change } => {
+                let found = match group {
+                    GroupRef::Catalog => s.catalog_group(),
+                    GroupRef::Partition(p) => s.partition(p)?.group(),
+                };
+                let found = found.ok_or_else(|| {
+                    StoreError::InvalidArgument(format!("{group} is not replicated"))
                 })?;
-                reply(&group.change_members(change).await?)
+                reply(&found.change_members(change).await?)
             }
             call @ (Call::CreateBucket { .. }
             | Call::Bucket { .. }
@@ -367,19 +377,13 @@ impl Inner {
     /// and a partition it is no member of, never or no longer, is not
     /// reported).
     fn groups(&self) -> Vec<proto::GroupReport> {
-        let catalog = self.store.catalog_group().map(|g| proto::GroupReport {
-            group: "catalog".into(),
-            partition: None,
-            status: g.status(),
-        });
+        let catalog = self
+            .store
+            .catalog_group()
+            .and_then(|g| member_report("catalog".into(), None, g.status()));
         let partitions = self.store.partitions().iter().filter_map(|p| {
             let status = p.group()?.status();
-            let member = status.voters.contains(&status.me) || status.learners.contains(&status.me);
-            member.then(|| proto::GroupReport {
-                group: p.id().to_string(),
-                partition: Some(p.id()),
-                status,
-            })
+            member_report(p.id().to_string(), Some(p.id()), status)
         });
         catalog.into_iter().chain(partitions).collect()
     }
@@ -448,6 +452,21 @@ async fn leads(group: &dyn crate::replication::Group, read: bool) -> StoreResult
     } else {
         Err(StoreError::NotLeader(status.leader))
     }
+}
+
+/// A group's report, if this replica is one of its voters or learners
+/// (an idle replica, never or no longer a member, is not reported).
+fn member_report(
+    group: String,
+    partition: Option<crate::ids::PartitionId>,
+    status: crate::replication::GroupStatus,
+) -> Option<proto::GroupReport> {
+    let member = status.voters.contains(&status.me) || status.learners.contains(&status.me);
+    member.then_some(proto::GroupReport {
+        group,
+        partition,
+        status,
+    })
 }
 
 /// `reply` with the caller's window in front of its payload.

@@ -26,6 +26,7 @@
 //! failover follows.
 
 use crate::caller::Caller;
+use crate::cluster::placement::GroupRef;
 use crate::commit::WriteCond;
 use crate::error::{StoreError, StoreResult};
 use crate::ids::{BucketId, PartitionId, TenantId};
@@ -353,11 +354,11 @@ pub enum Call {
     /// The replication groups of this node, as it sees them
     /// (`Vec<GroupReport>`; empty when the node does not replicate). Named.
     Groups,
-    /// Change who holds a partition's group (`()`), at its leader. Named
-    /// (the partition).
+    /// Change who holds a group (`()`), at its leader. Catalog for the
+    /// catalog's group; Named (the partition) for a partition's.
     ChangeMembers {
-        /// The partition.
-        partition: PartitionId,
+        /// The group.
+        group: GroupRef,
         /// The change.
         change: crate::replication::MemberChange,
     },
@@ -439,7 +440,11 @@ impl Call {
             | Call::CatalogDoc { .. }
             | Call::PutCatalogDoc { .. }
             | Call::QuotaReserve { .. }
-            | Call::QuotaRelease { .. } => Route::Catalog,
+            | Call::QuotaRelease { .. }
+            | Call::ChangeMembers {
+                group: GroupRef::Catalog,
+                ..
+            } => Route::Catalog,
             Call::Ping
             | Call::Groups
             | Call::ChangeMembers { .. }
@@ -508,7 +513,10 @@ impl Call {
             | Call::BucketPending { partitions, .. }
             | Call::ListMultipartUploads { partitions, .. } => partitions.clone(),
             Call::ListRuns { reqs, .. } => reqs.iter().map(|r| r.partition).collect(),
-            Call::ChangeMembers { partition, .. } => vec![*partition],
+            Call::ChangeMembers {
+                group: GroupRef::Partition(p),
+                ..
+            } => vec![*p],
             Call::EditTags { bucket, keys, .. } => {
                 let mut ps: Vec<PartitionId> = keys
                     .iter()

@@ -191,30 +191,34 @@ impl RemoteStore {
         Some(Arc::clone(nodes.entry(node.clone()).or_insert(client)))
     }
 
-    /// Every store node the map source knows (and any this client met
-    /// before), in name order.
+    /// Every store node the map source knows, in name order (a node
+    /// taken out of the cluster file is no longer asked); the nodes this
+    /// client has met when the source names none.
     pub(crate) fn known_nodes(&self) -> Vec<NodeId> {
         let mut ids: Vec<NodeId> = self.inner.map.nodes().into_iter().map(|n| n.id).collect();
-        ids.extend(self.inner.nodes.read().keys().cloned());
+        if ids.is_empty() {
+            ids = self.inner.nodes.read().keys().cloned().collect();
+        }
         ids.sort();
-        ids.dedup();
         ids
     }
 
-    /// Ask partition `p`'s leader to change its group's members (`laneway
-    /// cluster move-partition`), following leaders within `within`.
+    /// Ask `group`'s leader to change its members (`laneway cluster
+    /// move-partition`), following leaders within `within`.
     pub async fn change_members(
         &self,
-        p: PartitionId,
+        group: crate::cluster::placement::GroupRef,
         change: crate::replication::MemberChange,
         within: Duration,
     ) -> StoreResult<()> {
+        use crate::cluster::placement::GroupRef;
         let deadline = tokio::time::Instant::now() + within;
-        let call = Call::ChangeMembers {
-            partition: p,
-            change,
+        let target = match group {
+            GroupRef::Catalog => leaders::Target::Catalog,
+            GroupRef::Partition(p) => leaders::Target::Partition(p),
         };
-        self.send_routed::<()>(leaders::Target::Partition(p), call, deadline)
+        let call = Call::ChangeMembers { group, change };
+        self.send_routed::<()>(target, call, deadline)
             .await
             .map(|_| ())
             .map_err(|f| f.error)
