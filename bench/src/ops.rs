@@ -315,6 +315,26 @@ impl S3Client {
     }
 }
 
+impl S3Client {
+    /// GetObjectTagging: the object's tags, in the order the server
+    /// sends them.
+    pub async fn get_object_tagging(
+        &self,
+        bucket: &str,
+        key: &str,
+    ) -> Result<Vec<(String, String)>, ClientError> {
+        let path = format!("{}?tagging", object_path(bucket, key));
+        let req = self.request(Method::GET, &path, &[], ReqBody::empty())?;
+        self.timed(async {
+            let body = self.read_body(self.send(req).await?).await?;
+            let text = std::str::from_utf8(&body)
+                .map_err(|_| ClientError::BadResponse("tagging is not UTF-8".to_owned()))?;
+            xml::parse_tag_set(text).map_err(ClientError::BadResponse)
+        })
+        .await
+    }
+}
+
 /// The query string of a ListObjectsV2 request, already encoded.
 fn list_query(list: &ListRequest<'_>) -> String {
     let mut query = String::from("list-type=2");

@@ -59,6 +59,16 @@ fn child_texts(xml: &str, parent: &str, child: &str) -> Option<Vec<String>> {
     Some(out)
 }
 
+/// The `(Key, Value)` of each `<Tag>` of a GetObjectTagging answer.
+pub fn parse_tag_set(xml: &str) -> Result<Vec<(String, String)>, String> {
+    if !xml.contains("<Tagging") {
+        return Err("not a Tagging document".to_owned());
+    }
+    let keys = child_texts(xml, "Tag", "Key").ok_or("a Tag without a Key")?;
+    let values = child_texts(xml, "Tag", "Value").ok_or("a Tag without a Value")?;
+    Ok(keys.into_iter().zip(values).collect())
+}
+
 /// Decoded text of the first `<tag>` element, if any.
 pub fn first_text<'a>(xml: &'a str, tag: &str) -> Option<Cow<'a, str>> {
     elements(xml, tag).next().map(unescape)
@@ -154,6 +164,19 @@ mod tests {
 <Contents><Key>p/a&amp;b</Key><Size>1</Size></Contents><Contents><Key>p/&#x3c;c&#62;</Key></Contents>
 <CommonPrefixes><Prefix>p/d/</Prefix></CommonPrefixes>
 <NextContinuationToken>tok+/=</NextContinuationToken></ListBucketResult>"#;
+
+    #[test]
+    fn parses_a_tag_set() {
+        let xml = "<?xml version=\"1.0\"?><Tagging><TagSet><Tag><Key>a</Key><Value>1&amp;2</Value></Tag>\
+                   <Tag><Key>b</Key><Value></Value></Tag></TagSet></Tagging>";
+        let tags = parse_tag_set(xml).expect("parse");
+        assert_eq!(
+            tags,
+            vec![("a".into(), "1&2".into()), ("b".into(), String::new())]
+        );
+        assert_eq!(parse_tag_set("<Tagging><TagSet/></Tagging>"), Ok(vec![]));
+        assert!(parse_tag_set("<Error/>").is_err());
+    }
 
     #[test]
     fn parses_a_page() {

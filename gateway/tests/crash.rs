@@ -23,13 +23,13 @@
 //! `laneway_bench::content`, so the test holds no copies of what it wrote.
 //! Set `LANEWAY_TEST_ENGINE=sled|fjall` to pick the metadata engine.
 
+mod crash_support;
+
+use crash_support::{Server, log_tail};
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc;
 use std::time::Duration;
 
 use laneway_bench::content::{fnv1a, md5_hex, object_bytes};
@@ -43,12 +43,8 @@ const ROUNDS: usize = 20;
 const WRITERS: usize = 6;
 /// Keys per writer (overwritten across rounds).
 const KEYS_PER_WRITER: usize = 10;
-const ACCESS_KEY: &str = "LWTESTACCESSKEY0001";
-const SECRET_KEY: &str = "lwTestSecretKey0000000000000000000000001";
 const BUCKET: &str = "crash";
 const SEED: u64 = 0x1a7e_2026_1129;
-const START_TIMEOUT: Duration = Duration::from_secs(60);
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What the test knows about one key.
 #[derive(Debug, Clone, Default)]
@@ -102,98 +98,6 @@ fn put_options(key: &str, generation: u64) -> PutOptions {
 /// The tag (`x-amz-tagging` form) of a generation.
 fn tag_of(generation: u64) -> String {
     format!("g={}", generation % 3)
-}
-
-// ---------------------------------------------------------------- server
-
-/// A running `laneway serve` child.
-struct Server {
-    child: Child,
-    endpoint: String,
-}
-
-impl Server {
-    fn start(data: &Path, log: &Path) -> Result<Server, String> {
-        let log_file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log)
-            .map_err(|e| format!("open {}: {e}", log.display()))?;
-        let mut child = serve_command(data)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::from(log_file))
-            .spawn()
-            .map_err(|e| format!("spawn laneway: {e}"))?;
-        let stdout = child.stdout.take().ok_or("no stdout pipe")?;
-        let (tx, rx) = mpsc::channel();
-        // Keeps draining stdout after the banner so the server never blocks
-        // on a full pipe; ends when the child dies.
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Some(addr) = line.strip_prefix("laneway listening on http://") {
-                    let _ = tx.send(addr.trim().to_owned());
-                }
-            }
-        });
-        let mut server = Server {
-            child,
-            endpoint: String::new(),
-        };
-        match rx.recv_timeout(START_TIMEOUT) {
-            Ok(addr) => server.endpoint = format!("http://{addr}"),
-            Err(_) => {
-                server.kill();
-                return Err(format!("no listening line within {START_TIMEOUT:?}"));
-            }
-        }
-        Ok(server)
-    }
-
-    /// SIGKILL (what `Child::kill` sends on unix) and reap.
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    fn client(&self) -> Result<S3Client, String> {
-        S3Client::new(&self.endpoint, ACCESS_KEY, SECRET_KEY)
-            .map(|c| c.with_timeout(REQUEST_TIMEOUT))
-            .map_err(|e| e.to_string())
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-fn serve_command(data: &Path) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_laneway"));
-    cmd.arg("serve")
-        .arg("--data-dir")
-        .arg(data)
-        .args(["--listen", "127.0.0.1:0", "--log", "warn"])
-        .args(["--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY]);
-    if let Ok(engine) = std::env::var("LANEWAY_TEST_ENGINE") {
-        cmd.args(["--engine", &engine]);
-    }
-    for var in [
-        "LANEWAY_LISTEN",
-        "LANEWAY_DATA_DIR",
-        "LANEWAY_PARTITIONS",
-        "LANEWAY_ENGINE",
-    ] {
-        cmd.env_remove(var);
-    }
-    cmd
-}
-
-fn log_tail(log: &Path) -> String {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(40)..].join("\n")
 }
 
 // ---------------------------------------------------------------- writers
