@@ -20,6 +20,7 @@ use crate::request::auth::{KeyCache, grant_request};
 use crate::request::context::{Gateway, ReqCtx};
 use crate::request::error::{GwError, GwResult};
 use crate::request::opclass::OpClass;
+use crate::request::vhost::BucketDomain;
 use http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use s3s::route::S3Route;
 use s3s::{Body, S3Request, S3Response, S3Result};
@@ -33,12 +34,48 @@ pub struct JobsRoute {
     gw: Gateway,
     jobs: Jobs,
     keys: Arc<KeyCache>,
+    /// With `--domain`: a `Host` of `BUCKET.DOMAIN` names the bucket.
+    domain: Option<BucketDomain>,
 }
 
 impl JobsRoute {
-    /// The route over `gw`'s store, running `jobs`, letting in `keys`.
-    pub fn new(gw: Gateway, jobs: Jobs, keys: Arc<KeyCache>) -> JobsRoute {
-        JobsRoute { gw, jobs, keys }
+    /// The route over `gw`'s store, running `jobs`, letting in `keys`;
+    /// requests addressed virtual-hosted style under `domain` too.
+    pub fn new(
+        gw: Gateway,
+        jobs: Jobs,
+        keys: Arc<KeyCache>,
+        domain: Option<BucketDomain>,
+    ) -> JobsRoute {
+        JobsRoute {
+            gw,
+            jobs,
+            keys,
+            domain,
+        }
+    }
+
+    /// The bucket a request addresses ([`addressed_bucket`]).
+    fn bucket<'a>(&self, uri: &'a Uri, headers: &'a HeaderMap) -> Option<&'a str> {
+        addressed_bucket(self.domain.as_ref(), uri, headers)
+    }
+}
+
+/// The bucket a request addresses: under `domain`, `BUCKET.DOMAIN` in its
+/// `Host` with the path `/`; otherwise the path `/{bucket}` (as the S3
+/// service itself decides, [`crate::request::vhost`]).
+fn addressed_bucket<'a>(
+    domain: Option<&BucketDomain>,
+    uri: &'a Uri,
+    headers: &'a HeaderMap,
+) -> Option<&'a str> {
+    let host = headers
+        .get(http::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .or_else(|| uri.authority().map(http::uri::Authority::as_str));
+    match domain.zip(host).and_then(|(d, h)| d.bucket_of(h)) {
+        Some(b) => (uri.path() == "/").then_some(b),
+        None => bucket_of(uri),
     }
 }
 
@@ -75,12 +112,12 @@ impl S3Route for JobsRoute {
         &self,
         method: &Method,
         uri: &Uri,
-        _h: &HeaderMap,
+        headers: &HeaderMap,
         _e: &mut http::Extensions,
     ) -> bool {
         matches!(*method, Method::GET | Method::POST | Method::DELETE)
             && param(uri, PARAM).is_some()
-            && bucket_of(uri).is_some()
+            && self.bucket(uri, headers).is_some()
     }
 
     async fn check_access(&self, req: &mut S3Request<Body>) -> S3Result<()> {
@@ -90,7 +127,8 @@ impl S3Route for JobsRoute {
         let access_key = cred.access_key.clone();
         let op = OpClass {
             write: req.method != Method::GET,
-            buckets: bucket_of(&req.uri)
+            buckets: self
+                .bucket(&req.uri, &req.headers)
                 .map(str::to_string)
                 .into_iter()
                 .collect(),
@@ -108,7 +146,10 @@ impl S3Route for JobsRoute {
 impl JobsRoute {
     async fn answer(&self, mut req: S3Request<Body>) -> GwResult<S3Response<Body>> {
         let ctx = ReqCtx::of(&req)?;
-        let name = bucket_of(&req.uri).unwrap_or_default().to_string();
+        let name = self
+            .bucket(&req.uri, &req.headers)
+            .unwrap_or_default()
+            .to_string();
         let bucket = self.gw.bucket(&ctx, &name).await?;
         let id = param(&req.uri, "id")
             .filter(|s| !s.is_empty())
@@ -176,6 +217,36 @@ impl JobsRoute {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_virtual_hosted_request_names_its_bucket_in_the_host() {
+        let domain = BucketDomain::new("s3.example.test").expect("domain");
+        let u = |s: &str| s.parse::<Uri>().expect("uri");
+        let host = |h: &str| {
+            let mut m = HeaderMap::new();
+            m.insert(http::header::HOST, HeaderValue::from_str(h).expect("host"));
+            m
+        };
+        let hosted = |h: &str, path: &str| {
+            let (uri, headers) = (u(path), host(h));
+            addressed_bucket(Some(&domain), &uri, &headers).map(str::to_string)
+        };
+        assert_eq!(
+            hosted("b.s3.example.test:9000", "/?x-laneway-tagging-jobs"),
+            Some("b".into())
+        );
+        assert_eq!(
+            hosted("b.s3.example.test", "/key?x"),
+            None,
+            "an object path"
+        );
+        assert_eq!(
+            hosted("localhost:9000", "/b?x-laneway-tagging-jobs"),
+            Some("b".into()),
+            "path style under another host"
+        );
+        assert_eq!(hosted("s3.example.test", "/?x"), None, "no bucket at all");
+    }
 
     #[test]
     fn matches_bucket_paths_with_the_parameter_only() {

@@ -291,7 +291,12 @@ fn build_service(
 ) -> S3Service {
     let gw = Gateway::new(store, cfg.region.clone());
     let mut builder = S3ServiceBuilder::new(gw.clone());
-    builder.set_route(crate::jobs::JobsRoute::new(gw, jobs, Arc::clone(keys)));
+    builder.set_route(crate::jobs::JobsRoute::new(
+        gw,
+        jobs,
+        Arc::clone(keys),
+        cfg.domain.clone(),
+    ));
     if let Some(domain) = &cfg.domain {
         builder.set_host(domain.clone());
     }
