@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Cluster benchmarks of docs/benchmarks.md ("Cluster"), in one run.
 
-    bench/scripts/cluster.py [compare|fairness|replicas|failover|catchup|all]
+    bench/scripts/cluster.py [compare|fairness|replicas|failover|catchup|move|all]
 
 compare: `laneway serve` and a cluster of one gateway and three store
 nodes (`laneway gateway` + `laneway store`, loopback), each fresh in its
@@ -22,6 +22,13 @@ catchup: at RF 3, store-3 killed while CATCHUP_OBJECTS (default
 100000) 4 KiB objects are PUT, then started again: how long until every
 replica it holds is at its leader's log index (`laneway cluster status`),
 in log entries and objects per second.
+
+move: at RF 3, MOVE_OBJECTS (default 50000) 4 KiB objects PUT, then a
+fourth store node added (`laneway cluster add-node`, started) and one
+partition's replica moved to it with `laneway cluster move-partition`
+while nothing else runs: the seconds the move took, and the log entries
+and bytes the new replica received per second; then `laneway cluster
+rebalance` (48 replicas over 4 nodes: 12 each) timed whole.
 
 fairness: a cluster of two gateways and three store nodes; tenant a
 (weight 1) has its workers dealt over both gateways, tenant b (weight 3)
@@ -408,6 +415,60 @@ def catchup(s, objects=None):
         s.close()
 
 
+def move(s, objects=None):
+    """RF 3: PUT `objects` 4 KiB objects, add store-4 and start it, then
+    time `cluster move-partition` of p0000 from store-1 to store-4, and a
+    whole `cluster rebalance`."""
+    objects = objects or int(os.environ.get("MOVE_OBJECTS", "50000"))
+    try:
+        env = {**os.environ, "AWS_ACCESS_KEY_ID": ACCESS, "AWS_SECRET_ACCESS_KEY": SECRET}
+        out = subprocess.run(LOADER_CPU + [BENCH, "put", "--endpoint", s.s3[0],
+                                           "--concurrency", str(CONC), "--objects", str(objects),
+                                           "--ops", str(objects), "--duration", "3000",
+                                           "--bucket", "move"],
+                             env=env, capture_output=True, text=True)
+        ok = summary_row(out.stdout, "put")[0]
+        groups = {g["group"]: g for g in status_json(s)}
+        entries = max(r["last_log"] for r in groups["p0000"]["replicas"])
+        port = PORT + 14
+        subprocess.run([LANEWAY, "cluster", "add-node", "--file", s.cluster_file, "--id", "store-4",
+                        "--rpc", f"127.0.0.1:{port}"], check=True, stdout=subprocess.DEVNULL)
+        s.procs.append(Proc("store", [LANEWAY, "store", "--data-dir", f"{s.dir}/store-4",
+                                      "--listen", f"127.0.0.1:{port}",
+                                      "--cluster", s.cluster_file, "--node", "store-4"],
+                            os.path.join(s.dir, "store-4.log"), ready=r"listening on rpc://"))
+        before = du(f"{s.dir}/store-4")
+        t = time.monotonic()
+        subprocess.run([LANEWAY, "cluster", "move-partition", "--file", s.cluster_file,
+                        "--partition", "0", "--from", "store-1", "--to", "store-4"],
+                       check=True, stdout=subprocess.DEVNULL)
+        took = time.monotonic() - t
+        received = du(f"{s.dir}/store-4") - before
+        print(f"## rf3 move: {ok} objects of 4 KiB in 16 partitions; p0000's log {entries} entries")
+        print(f"# move-partition p0000 store-1 -> store-4: {took:.1f} s, "
+              f"{entries / max(took, 1e-9):.0f} entries/s, "
+              f"{received / max(took, 1e-9) / 2**20:.1f} MiB/s on store-4's disk ({received / 2**20:.0f} MiB)")
+        t = time.monotonic()
+        r = subprocess.run([LANEWAY, "cluster", "rebalance", "--file", s.cluster_file],
+                           check=True, capture_output=True, text=True)
+        print(f"# rebalance in {time.monotonic() - t:.1f} s: {r.stdout.splitlines()[-1]}")
+        sys.stdout.flush()
+    finally:
+        s.close()
+
+
+def du(path):
+    """Bytes of the files under `path`."""
+    total = 0
+    for root, _, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.path.getsize(os.path.join(root, f))
+            except OSError:
+                pass
+    return total
+
+
 def status_json(s):
     r = subprocess.run([LANEWAY, "cluster", "status", "--file", s.cluster_file, "--json"],
                        capture_output=True, text=True)
@@ -550,6 +611,8 @@ def main():
         failover(cluster(PORT, 1, replicas=3))
     if what == "catchup":
         catchup(cluster(PORT, 1, replicas=3))
+    if what == "move":
+        move(cluster(PORT, 1, replicas=3))
 
 
 if __name__ == "__main__":
