@@ -396,7 +396,7 @@ where
 /// The first member that lost its disk restarts empty, like a member of
 /// a new group. Before it initializes it therefore waits
 /// [`INIT_GRACE`] for a leader to reach it: in a group that exists, the
-/// leader's next heartbeat (every 250 ms) finds it, it joins as a
+/// leader's next heartbeat (every 200 ms) finds it, it joins as a
 /// follower with an empty log and catches up, and it never initializes.
 /// Only when no leader speaks within the grace (a new cluster, or a group
 /// with no quorum up) does it initialize; in the second case the others,
@@ -436,7 +436,7 @@ where
 
 /// How long the first member of a group with an empty log waits for a
 /// leader of an existing group to reach it before it initializes a new
-/// one: six heartbeat intervals of [`crate::net::group_config`].
+/// one: seven heartbeat intervals of [`crate::net::group_config`].
 pub const INIT_GRACE: Duration = Duration::from_millis(1500);
 
 /// [`initialize_once`], after waiting up to [`INIT_GRACE`] for a leader

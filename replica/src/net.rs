@@ -67,12 +67,13 @@ pub const MAX_PAYLOAD_ENTRIES: u64 = 128;
 /// The openraft settings of one group, named `name`, for many groups per
 /// node on loopback or a LAN:
 ///
-/// - heartbeat every 250 ms and election timeout 0.8-1.6 s: a follower
-///   that hears nothing for 0.8-1.6 s (more than three missed heartbeats,
-///   so a loaded node does not start elections for nothing) campaigns.
-///   openraft's followers refuse votes for `election_timeout_max` after
-///   their leader's last message, so the election that wins comes 1.6-3.2
-///   s after a SIGKILL, typically about 2 s (docs/benchmarks.md,
+/// - heartbeat every 200 ms and election timeout 0.65-1.3 s: a follower
+///   that hears nothing for 0.65-1.3 s (more than three missed
+///   heartbeats, so a loaded node does not start elections for nothing)
+///   campaigns. openraft's followers refuse votes for
+///   `election_timeout_max` after their leader's last message (its leader
+///   lease), so the first candidacy is usually refused and the election
+///   that wins comes 1.3-2.6 s after a SIGKILL (docs/benchmarks.md,
 ///   "Failover"). The leader's append calls time out after one
 ///   heartbeat interval (openraft's choice), which includes the
 ///   follower's fsync: on disks slower than that, raise the interval with
@@ -87,9 +88,9 @@ pub const MAX_PAYLOAD_ENTRIES: u64 = 128;
 pub fn group_config(name: &str) -> ReplicaResult<Arc<Config>> {
     let config = Config {
         cluster_name: name.to_string(),
-        heartbeat_interval: 250,
-        election_timeout_min: 800,
-        election_timeout_max: 1600,
+        heartbeat_interval: 200,
+        election_timeout_min: 650,
+        election_timeout_max: 1300,
         install_snapshot_timeout: 20_000,
         max_payload_entries: MAX_PAYLOAD_ENTRIES,
         snapshot_policy: SnapshotPolicy::LogsSinceLast(10_000),
