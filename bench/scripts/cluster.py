@@ -458,15 +458,9 @@ def move(s, objects=None):
 
 
 def du(path):
-    """Bytes of the files under `path`."""
-    total = 0
-    for root, _, files in os.walk(path):
-        for f in files:
-            try:
-                total += os.path.getsize(os.path.join(root, f))
-            except OSError:
-                pass
-    return total
+    """Bytes on disk under `path` (`du -sb`)."""
+    out = subprocess.run(["du", "-sb", path], capture_output=True, text=True, check=True).stdout
+    return int(out.split()[0])
 
 
 def status_json(s):

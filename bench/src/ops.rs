@@ -285,14 +285,7 @@ impl S3Client {
         list: &ListRequest<'_>,
     ) -> Result<ListPage, ClientError> {
         let path = format!("/{}?{}", encode_path(bucket), list_query(list));
-        let req = self.request(Method::GET, &path, &[], ReqBody::empty())?;
-        self.timed(async {
-            let body = self.read_body(self.send(req).await?).await?;
-            let text = std::str::from_utf8(&body)
-                .map_err(|_| ClientError::BadResponse("listing is not UTF-8".to_owned()))?;
-            xml::parse_list_v2(text).map_err(ClientError::BadResponse)
-        })
-        .await
+        self.get_xml(&path, "listing", xml::parse_list_v2).await
     }
 
     /// PutObjectTagging, replacing the object's tag set.
@@ -324,12 +317,22 @@ impl S3Client {
         key: &str,
     ) -> Result<Vec<(String, String)>, ClientError> {
         let path = format!("{}?tagging", object_path(bucket, key));
-        let req = self.request(Method::GET, &path, &[], ReqBody::empty())?;
+        self.get_xml(&path, "tagging", xml::parse_tag_set).await
+    }
+
+    /// GET `path` and parse its XML answer (`what` names it in errors).
+    async fn get_xml<T>(
+        &self,
+        path: &str,
+        what: &str,
+        parse: fn(&str) -> Result<T, String>,
+    ) -> Result<T, ClientError> {
+        let req = self.request(Method::GET, path, &[], ReqBody::empty())?;
         self.timed(async {
             let body = self.read_body(self.send(req).await?).await?;
             let text = std::str::from_utf8(&body)
-                .map_err(|_| ClientError::BadResponse("tagging is not UTF-8".to_owned()))?;
-            xml::parse_tag_set(text).map_err(ClientError::BadResponse)
+                .map_err(|_| ClientError::BadResponse(format!("{what} is not UTF-8")))?;
+            parse(text).map_err(ClientError::BadResponse)
         })
         .await
     }

@@ -25,15 +25,14 @@
 
 mod crash_support;
 
-use crash_support::{Server, log_tail};
+use crash_support::{Run, Server, list_keys};
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use laneway_bench::content::{fnv1a, md5_hex, object_bytes};
-use laneway_bench::{ClientError, HeaderExt, ListRequest, PutOptions, S3Client};
+use laneway_bench::{ClientError, HeaderExt, PutOptions, S3Client};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -196,28 +195,6 @@ async fn check_key(client: &S3Client, key: &str, st: &KeyState) -> Result<Option
     Ok(Some(generation))
 }
 
-/// Every key ListObjectsV2 returns for the bucket (with `tag_filter`,
-/// only those with the tags), following tokens.
-async fn list_all(client: &S3Client, tag_filter: Option<&str>) -> Result<Vec<String>, ClientError> {
-    let mut keys = Vec::new();
-    let mut token: Option<String> = None;
-    for _ in 0..10_000 {
-        let req = ListRequest {
-            continuation_token: token.as_deref(),
-            max_keys: Some(7),
-            tag_filter,
-            ..ListRequest::default()
-        };
-        let page = client.list_objects_v2(BUCKET, &req).await?;
-        keys.extend(page.keys);
-        token = page.next_token;
-        if token.is_none() {
-            break;
-        }
-    }
-    Ok(keys)
-}
-
 async fn check_listing(
     client: &S3Client,
     listed: &[String],
@@ -284,32 +261,9 @@ async fn write_then_kill(
     Ok((outs, acked))
 }
 
-struct Run {
-    dir: tempfile::TempDir,
-    data: PathBuf,
-    log: PathBuf,
-}
-
-impl Run {
-    fn fail(self, what: &str, problems: &[String]) -> ! {
-        let kept = self.dir.keep();
-        panic!(
-            "{what}:\n  {}\n(data dir kept at {}; server log tail:)\n{}",
-            problems.join("\n  "),
-            kept.display(),
-            log_tail(&self.log)
-        );
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledged_puts_survive_sigkill() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let run = Run {
-        data: dir.path().join("data"),
-        log: dir.path().join("server.log"),
-        dir,
-    };
+    let run = Run::new();
     let mut rng = StdRng::seed_from_u64(SEED);
     let mut models = initial_model();
     let mut total_acked = 0;
@@ -401,7 +355,7 @@ async fn verify_listing_total(client: &S3Client, models: &[Model]) -> Vec<String
         .filter(|(_, st)| st.acked.is_some())
         .map(|(k, _)| k.clone())
         .collect();
-    let mut problems = match list_all(client, None).await {
+    let mut problems = match list_keys(client, BUCKET, None, Some(7)).await {
         Ok(listed) => check_listing(client, &listed, &present).await,
         Err(e) => vec![format!("ListObjectsV2: {e}")],
     };
@@ -413,7 +367,7 @@ async fn verify_listing_total(client: &S3Client, models: &[Model]) -> Vec<String
             .filter(|(_, st)| st.acked.is_some_and(|g| g % 3 == v))
             .map(|(k, _)| k.clone())
             .collect();
-        match list_all(client, Some(&tag)).await {
+        match list_keys(client, BUCKET, Some(&tag), Some(7)).await {
             Ok(listed) if listed.iter().cloned().collect::<BTreeSet<_>>() == want => {}
             Ok(listed) => problems.push(format!(
                 "listing by tag {tag} holds {listed:?}, the records say {want:?}"

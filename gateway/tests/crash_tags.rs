@@ -27,14 +27,13 @@
 
 mod crash_support;
 
-use crash_support::{Server, log_tail};
+use crash_support::{Run, Server, list_keys};
 use futures::StreamExt;
-use laneway_bench::{ListRequest, S3Client};
+use laneway_bench::S3Client;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -123,28 +122,6 @@ async fn records(client: &S3Client) -> Result<BTreeMap<String, BTreeMap<String, 
     Ok(out)
 }
 
-/// Every key a listing with `filter` returns, following tokens.
-async fn listed(client: &S3Client, filter: &str) -> Result<BTreeSet<String>, String> {
-    let mut keys = BTreeSet::new();
-    let mut token: Option<String> = None;
-    loop {
-        let req = ListRequest {
-            continuation_token: token.as_deref(),
-            tag_filter: Some(filter),
-            ..ListRequest::default()
-        };
-        let page = client
-            .list_objects_v2(BUCKET, &req)
-            .await
-            .map_err(|e| format!("ListObjectsV2 by {filter}: {e}"))?;
-        keys.extend(page.keys.iter().cloned());
-        match page.next_token {
-            Some(t) if page.is_truncated => token = Some(t),
-            _ => return Ok(keys),
-        }
-    }
-}
-
 /// Where the listings by tag disagree with `recs`.
 async fn index_problems(
     client: &S3Client,
@@ -163,7 +140,8 @@ async fn index_problems(
     want.entry("g=1".into()).or_default();
     let mut problems = Vec::new();
     for (filter, keys) in &want {
-        match listed(client, filter).await {
+        let got = list_keys(client, BUCKET, Some(filter), None).await;
+        match got.map(|k| k.into_iter().collect::<BTreeSet<String>>()) {
             Ok(got) if got == *keys => {}
             Ok(got) => {
                 let extra: Vec<_> = got.difference(keys).take(5).collect();
@@ -174,7 +152,7 @@ async fn index_problems(
                     keys.len()
                 ));
             }
-            Err(e) => problems.push(e),
+            Err(e) => problems.push(format!("ListObjectsV2 by {filter}: {e}")),
         }
     }
     problems
@@ -249,30 +227,9 @@ async fn fill(client: &S3Client) -> Result<(), String> {
     done.into_iter().collect::<Result<Vec<_>, _>>().map(drop)
 }
 
-struct Run {
-    _dir: tempfile::TempDir,
-    data: PathBuf,
-    log: PathBuf,
-}
-
-impl Run {
-    fn fail(&self, what: &str, problems: &[String]) -> ! {
-        panic!(
-            "{what}:\n  {}\n(server log tail:)\n{}",
-            problems.join("\n  "),
-            log_tail(&self.log)
-        );
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tag_index_and_bulk_jobs_survive_sigkill() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let run = Run {
-        data: dir.path().join("data"),
-        log: dir.path().join("server.log"),
-        _dir: dir,
-    };
+    let run = Run::new();
     let mut rng = StdRng::seed_from_u64(SEED);
     let per = TAGGED / TAGGERS;
     let mut taggers: Vec<Tagger> = (0..TAGGERS)

@@ -4,9 +4,10 @@
 
 #![allow(dead_code)]
 
-use laneway_bench::S3Client;
+use laneway_bench::{ClientError, ListRequest, S3Client};
+use std::cell::RefCell;
 use std::io::{BufRead, BufReader};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -106,4 +107,66 @@ pub fn log_tail(log: &Path) -> String {
     let text = std::fs::read_to_string(log).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(40)..].join("\n")
+}
+
+/// One crash test's data directory and server log, in a temporary
+/// directory that is kept (and named) when the test fails.
+pub struct Run {
+    dir: RefCell<Option<tempfile::TempDir>>,
+    /// The server's data directory.
+    pub data: PathBuf,
+    /// The server's log.
+    pub log: PathBuf,
+}
+
+impl Run {
+    /// A fresh temporary directory for the data and the log.
+    pub fn new() -> Run {
+        let dir = tempfile::tempdir().expect("tempdir");
+        Run {
+            data: dir.path().join("data"),
+            log: dir.path().join("server.log"),
+            dir: RefCell::new(Some(dir)),
+        }
+    }
+
+    /// Fail the test with `problems`, keeping the directory and showing
+    /// the server log's tail.
+    pub fn fail(&self, what: &str, problems: &[String]) -> ! {
+        let kept = self.dir.borrow_mut().take().map(tempfile::TempDir::keep);
+        panic!(
+            "{what}:\n  {}\n(data dir kept at {}; server log tail:)\n{}",
+            problems.join("\n  "),
+            kept.map_or_else(|| "?".into(), |p| p.display().to_string()),
+            log_tail(&self.log)
+        );
+    }
+}
+
+/// Every key ListObjectsV2 returns for `bucket` (with `tag_filter`, only
+/// those with the tags), in pages of `page` keys (the server's default
+/// when `None`), following continuation tokens.
+pub async fn list_keys(
+    client: &S3Client,
+    bucket: &str,
+    tag_filter: Option<&str>,
+    page: Option<u32>,
+) -> Result<Vec<String>, ClientError> {
+    let mut keys = Vec::new();
+    let mut token: Option<String> = None;
+    for _ in 0..100_000 {
+        let req = ListRequest {
+            continuation_token: token.as_deref(),
+            max_keys: page,
+            tag_filter,
+            ..ListRequest::default()
+        };
+        let got = client.list_objects_v2(bucket, &req).await?;
+        keys.extend(got.keys);
+        token = got.next_token;
+        if token.is_none() {
+            break;
+        }
+    }
+    Ok(keys)
 }
