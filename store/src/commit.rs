@@ -213,7 +213,7 @@ pub(crate) struct Round<'a> {
 }
 
 impl<'a> Round<'a> {
-    fn new(index: &'a dyn MetaIndex) -> Self {
+    pub(crate) fn new(index: &'a dyn MetaIndex) -> Self {
         Round {
             index,
             overlay: BTreeMap::new(),
@@ -474,6 +474,7 @@ impl<'a> Round<'a> {
 
     /// The index batch for this round, counters included.
     fn into_batch(self) -> StoreResult<WriteBatch> {
+        let counters = self.counter_batch()?;
         let mut batch = WriteBatch::default();
         for (k, v) in self.overlay {
             match v {
@@ -481,8 +482,28 @@ impl<'a> Round<'a> {
                 None => batch.delete(k),
             }
         }
-        for (bucket, delta) in self.usage {
-            let key = usage_key(bucket);
+        batch.ops.extend(counters.ops);
+        Ok(batch)
+    }
+
+    /// The bulk loader's split of a round ([`crate::ingest`]): the rows it
+    /// writes, in key order (removals dropped: a round of new objects has
+    /// none), and the batch of counter rows it changes.
+    pub(crate) fn into_rows(self) -> StoreResult<(Vec<crate::index::Entry>, WriteBatch)> {
+        let counters = self.counter_batch()?;
+        let rows = self
+            .overlay
+            .into_iter()
+            .filter_map(|(k, v)| v.map(|v| (k, v)))
+            .collect();
+        Ok((rows, counters))
+    }
+
+    /// The usage and segment counter rows this round changes.
+    fn counter_batch(&self) -> StoreResult<WriteBatch> {
+        let mut batch = WriteBatch::default();
+        for (bucket, delta) in &self.usage {
+            let key = usage_key(*bucket);
             let mut u = self
                 .index
                 .get(&key)?
@@ -497,9 +518,9 @@ impl<'a> Round<'a> {
                 batch.put(key, u.encode());
             }
         }
-        for (segment, delta) in self.segments.into_iter().filter(|(_, d)| *d != 0) {
-            let key = segment_key(segment);
-            let live = read_live(self.index, segment)? + delta;
+        for (segment, delta) in self.segments.iter().filter(|(_, d)| **d != 0) {
+            let key = segment_key(*segment);
+            let live = read_live(self.index, *segment)? + delta;
             batch.put(key, live.to_be_bytes().to_vec());
         }
         Ok(batch)

@@ -42,6 +42,24 @@ impl WriteBatch {
     }
 }
 
+/// Rows per batch of the default [`MetaIndex::ingest`].
+const INGEST_BATCH: usize = 4096;
+
+/// Refuse an ingest row whose key is not above the one before (`last`,
+/// then updated).
+pub fn check_ascending(last: &mut Option<Vec<u8>>, key: &[u8]) -> StoreResult<()> {
+    if last.as_deref().is_some_and(|l| key <= l) {
+        return Err(crate::error::StoreError::InvalidArgument(
+            "ingest rows are not in ascending key order".into(),
+        ));
+    }
+    *last = Some(key.to_vec());
+    Ok(())
+}
+
+/// What [`MetaIndex::scan_each`] hands each row to: true to go on.
+pub type RowVisitor<'a> = dyn FnMut(&[u8], &[u8]) -> StoreResult<bool> + 'a;
+
 /// A key/value pair returned by a scan.
 pub type Entry = (Vec<u8>, Vec<u8>);
 
@@ -53,11 +71,49 @@ pub trait MetaIndex: Send + Sync + 'static {
     /// Up to `limit` entries with `start <= key < end`, in ascending key
     /// order. An empty `end` means "no upper bound".
     fn scan(&self, start: &[u8], end: &[u8], limit: usize) -> StoreResult<Vec<Entry>>;
+    /// [`MetaIndex::scan`] without copies: each entry is handed to `f` as
+    /// borrowed slices, in key order, until `limit` entries, the end of
+    /// the range, or `f` answers false. An engine that can lend its rows
+    /// does (LIST reads every row this way); the default copies them.
+    fn scan_each(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        limit: usize,
+        f: &mut RowVisitor<'_>,
+    ) -> StoreResult<()> {
+        for (k, v) in self.scan(start, end, limit)? {
+            if !f(&k, &v)? {
+                break;
+            }
+        }
+        Ok(())
+    }
     /// Apply `batch` atomically (visible to readers all at once; after a
     /// crash either all or none of it is present once synced).
     fn write(&self, batch: WriteBatch) -> StoreResult<()>;
     /// Make every write so far durable (survives power loss) before returning.
     fn sync(&self) -> StoreResult<()>;
+    /// Bulk-load `rows`, which come in strictly ascending key order, as new
+    /// entries (a bulk loader's path, not the commit path: see
+    /// [`crate::ingest`]). An engine that can write sorted input straight
+    /// into its files does; the default writes batches. Durable after
+    /// [`MetaIndex::sync`].
+    fn ingest(&self, rows: &mut dyn Iterator<Item = Entry>) -> StoreResult<()> {
+        let mut batch = WriteBatch::default();
+        let mut last = None;
+        for (k, v) in rows {
+            check_ascending(&mut last, &k)?;
+            batch.put(k, v);
+            if batch.ops.len() >= INGEST_BATCH {
+                self.write(std::mem::take(&mut batch))?;
+            }
+        }
+        if batch.is_empty() {
+            return Ok(());
+        }
+        self.write(batch)
+    }
     /// Bytes the index occupies on disk (for benchmarks and metrics).
     fn disk_bytes(&self) -> StoreResult<u64>;
 }

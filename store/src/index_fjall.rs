@@ -17,7 +17,9 @@
 //! each gets its share of the data dir's budget ([`IndexMemory`]).
 
 use crate::error::{StoreError, StoreResult};
-use crate::index::{BatchOp, Entry, IndexMemory, MetaIndex, WriteBatch};
+use crate::index::{
+    BatchOp, Entry, IndexMemory, MetaIndex, RowVisitor, WriteBatch, check_ascending,
+};
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode, Readable};
 use std::collections::HashSet;
 use std::path::Path;
@@ -68,8 +70,23 @@ impl MetaIndex for FjallIndex {
     }
 
     fn scan(&self, start: &[u8], end: &[u8], limit: usize) -> StoreResult<Vec<Entry>> {
+        let mut out = Vec::with_capacity(limit.min(1024));
+        self.scan_each(start, end, limit, &mut |k, v| {
+            out.push((k.to_vec(), v.to_vec()));
+            Ok(true)
+        })?;
+        Ok(out)
+    }
+
+    fn scan_each(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        limit: usize,
+        f: &mut RowVisitor<'_>,
+    ) -> StoreResult<()> {
         if limit == 0 || (!end.is_empty() && start >= end) {
-            return Ok(Vec::new());
+            return Ok(());
         }
         let snapshot = self.db.snapshot();
         let iter = if end.is_empty() {
@@ -77,12 +94,13 @@ impl MetaIndex for FjallIndex {
         } else {
             snapshot.range(&self.keyspace, start..end)
         };
-        let mut out = Vec::with_capacity(limit.min(1024));
         for guard in iter.take(limit) {
             let (k, v) = guard.into_inner().map_err(engine_err)?;
-            out.push((k.to_vec(), v.to_vec()));
+            if !f(&k, &v)? {
+                break;
+            }
         }
-        Ok(out)
+        Ok(())
     }
 
     fn write(&self, batch: WriteBatch) -> StoreResult<()> {
@@ -102,6 +120,19 @@ impl MetaIndex for FjallIndex {
 
     fn sync(&self) -> StoreResult<()> {
         self.db.persist(PersistMode::SyncAll).map_err(engine_err)
+    }
+
+    fn ingest(&self, rows: &mut dyn Iterator<Item = Entry>) -> StoreResult<()> {
+        // Sorted input goes straight into new tables (no journal, no
+        // memtable): the bulk loader's reason to exist.
+        let mut ingestion = self.keyspace.start_ingestion().map_err(engine_err)?;
+        let mut last = None;
+        for (k, v) in rows {
+            // fjall panics on unsorted input; refuse it instead.
+            check_ascending(&mut last, &k)?;
+            ingestion.write(k, v).map_err(engine_err)?;
+        }
+        ingestion.finish().map_err(engine_err)
     }
 
     fn disk_bytes(&self) -> StoreResult<u64> {

@@ -21,7 +21,7 @@
 //! tries again, at most once per [`RETRY_EVERY`].
 
 use crate::error::{StoreError, StoreResult};
-use crate::index::{Engine, Entry, MetaIndex, WriteBatch};
+use crate::index::{Engine, Entry, MetaIndex, RowVisitor, WriteBatch};
 use parking_lot::{Mutex, RwLock};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -164,12 +164,26 @@ impl MetaIndex for ReopeningIndex {
         self.with(|i| i.scan(start, end, limit))
     }
 
+    fn scan_each(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        limit: usize,
+        f: &mut RowVisitor<'_>,
+    ) -> StoreResult<()> {
+        self.with(|i| i.scan_each(start, end, limit, f))
+    }
+
     fn write(&self, batch: WriteBatch) -> StoreResult<()> {
         self.mutate(|i| i.write(batch))
     }
 
     fn sync(&self) -> StoreResult<()> {
         self.mutate(|i| i.sync())
+    }
+
+    fn ingest(&self, rows: &mut dyn Iterator<Item = Entry>) -> StoreResult<()> {
+        self.mutate(|i| i.ingest(rows))
     }
 
     fn disk_bytes(&self) -> StoreResult<u64> {

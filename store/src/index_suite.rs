@@ -492,6 +492,42 @@ fn disk_bytes_positive_after_data(open: Opener) {
     assert!(idx.disk_bytes().expect("disk bytes") > 0);
 }
 
+fn ingest_adds_sorted_rows_beside_written_ones(open: Opener) {
+    let dir = tempdir();
+    let mut model = BTreeMap::new();
+    {
+        let idx = open(dir.path());
+        for i in (0..100u32).step_by(2) {
+            let (k, v) = (format!("k{i:04}").into_bytes(), b"written".to_vec());
+            put(idx.as_ref(), &k, &v);
+            model.insert(k, v);
+        }
+        let rows: Vec<Entry> = (1..100u32)
+            .step_by(2)
+            .map(|i| {
+                (
+                    format!("k{i:04}").into_bytes(),
+                    format!("ingested {i}").into_bytes(),
+                )
+            })
+            .collect();
+        model.extend(rows.iter().cloned());
+        idx.ingest(&mut rows.into_iter()).expect("ingest");
+        let unsorted = vec![(b"z2".to_vec(), vec![]), (b"z1".to_vec(), vec![])];
+        assert!(
+            idx.ingest(&mut unsorted.into_iter()).is_err(),
+            "unsorted rows are refused"
+        );
+        idx.sync().expect("sync");
+    }
+    let idx = open(dir.path());
+    let mut got: BTreeMap<Vec<u8>, Vec<u8>> =
+        scan_all(idx.as_ref(), b"", b"", 17).into_iter().collect();
+    assert_eq!(get(idx.as_ref(), b"z1"), None, "the row out of order");
+    got.remove(b"z2".as_slice()); // the row before it may or may not be in
+    assert_eq!(got, model);
+}
+
 /// Instantiate every listed test once per engine.
 macro_rules! suite {
     ($($name:ident),* $(,)?) => {
@@ -518,4 +554,5 @@ suite!(
     reopen_after_sync_returns_everything,
     concurrent_readers_during_writes,
     disk_bytes_positive_after_data,
+    ingest_adds_sorted_rows_beside_written_ones,
 );

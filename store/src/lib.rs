@@ -30,6 +30,7 @@ pub mod index;
 pub mod index_fjall;
 pub mod index_reopen;
 pub mod index_sled;
+pub mod ingest;
 pub mod layout;
 pub mod list;
 pub mod multipart;

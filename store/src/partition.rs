@@ -237,6 +237,11 @@ impl Partition {
         Ok(self.record(bucket, key)?.info(key))
     }
 
+    /// Largest body kept in the index instead of a volume.
+    pub fn inline_max(&self) -> u64 {
+        self.inline_max
+    }
+
     /// Usage of `bucket` in this partition.
     pub fn usage(&self, bucket: BucketId) -> StoreResult<Usage> {
         self.index

@@ -112,27 +112,32 @@ pub fn scan_run(
     let mut run = Run::default();
     let mut next = (from < end).then_some(from);
     let mut examined = 0usize;
+    // The last row read, kept in one buffer (rows are lent, not copied).
+    let mut last: Vec<u8> = Vec::new();
     while run.entries.len() < want && examined < MAX_EXAMINED {
         let Some(from) = next.take() else { break };
         let limit = (want - run.entries.len()).clamp(MIN_BATCH, SCAN_CHUNK);
-        let batch = index.scan(&from, &end, limit)?;
-        examined += batch.len();
-        let exhausted = batch.len() < limit;
+        let mut read = 0usize;
         let mut stopped = false;
-        for (k, v) in &batch {
+        index.scan_each(&from, &end, limit, &mut |k, v| {
+            read += 1;
+            last.clear();
+            last.extend_from_slice(k);
             let Some((entry, skip)) = rows.entry(k, v)? else {
-                continue; // fails another condition of the filter
+                return Ok(true); // fails another condition of the filter
             };
             run.entries.push(entry);
             if skip.is_some() || run.entries.len() >= want {
                 // Seek past a rolled-up prefix, or stop for now.
                 next = skip.or_else(|| Some(key_after(k)));
                 stopped = true;
-                break;
+                return Ok(false);
             }
-        }
-        if !stopped && !exhausted {
-            next = batch.last().map(|(k, _)| key_after(k));
+            Ok(true)
+        })?;
+        examined += read;
+        if !stopped && read == limit {
+            next = Some(key_after(&last));
         }
         next = next.filter(|n| *n < end);
     }

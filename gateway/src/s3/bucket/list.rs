@@ -65,6 +65,12 @@ impl Listing {
         }
     }
 
+    /// [`Listing::enc`] of a string the caller gives up (no copy when
+    /// nothing is encoded).
+    fn enc_owned(&self, s: String) -> String {
+        if self.url { self.enc(&s) } else { s }
+    }
+
     fn enc_opt(&self, s: Option<&str>) -> Option<String> {
         s.map(|s| self.enc(s))
     }
@@ -97,15 +103,24 @@ impl Listing {
         if list.is_empty() { None } else { Some(list) }
     }
 
-    fn objects(&self, page: &ListPage, owner: Option<&Owner>) -> GwResult<ObjectList> {
-        objects_of(page).map(|o| self.object(o, owner)).collect()
+    /// The page's objects as XML entries; their keys and ETags move out
+    /// of the page (LIST spends its time per key: no copies).
+    fn objects(&self, page: &mut ListPage, owner: Option<&Owner>) -> GwResult<ObjectList> {
+        page.entries
+            .iter_mut()
+            .filter_map(|e| match e {
+                ListEntry::Object(o) => Some(o),
+                ListEntry::Prefix(_) => None,
+            })
+            .map(|o| self.object(o, owner))
+            .collect()
     }
 
-    fn object(&self, info: &ObjectInfo, owner: Option<&Owner>) -> GwResult<Object> {
+    fn object(&self, info: &mut ObjectInfo, owner: Option<&Owner>) -> GwResult<Object> {
         Ok(Object {
-            key: Some(self.enc(&info.key)),
+            key: Some(self.enc_owned(std::mem::take(&mut info.key))),
             last_modified: Some(timestamp(info.mtime_ms)),
-            e_tag: Some(etag(info)),
+            e_tag: Some(ETag::Strong(std::mem::take(&mut info.etag))),
             size: Some(size_i64(info.size)?),
             storage_class: Some(ObjectStorageClass::from_static(
                 ObjectStorageClass::STANDARD,
@@ -187,9 +202,9 @@ pub async fn list_objects_v2(
         url: url_encoding(input.encoding_type.as_ref())?,
         tags: tag_filter::of_request(&req.headers, &req.uri)?,
     };
-    let page = listing.fetch(gw, &bucket).await?;
+    let mut page = listing.fetch(gw, &bucket).await?;
     let owner = input.fetch_owner.unwrap_or(false).then(|| owner_of(&ctx));
-    let contents = listing.objects(&page, owner.as_ref())?;
+    let contents = listing.objects(&mut page, owner.as_ref())?;
     let prefixes = listing.common_prefixes(&page);
     let key_count = count(contents.len() + prefixes.as_ref().map_or(0, Vec::len))?;
     Ok(S3Response::new(ListObjectsV2Output {
@@ -231,9 +246,9 @@ pub async fn list_objects(
         url: url_encoding(input.encoding_type.as_ref())?,
         tags: tag_filter::of_request(&req.headers, &req.uri)?,
     };
-    let page = listing.fetch(gw, &bucket).await?;
+    let mut page = listing.fetch(gw, &bucket).await?;
     let owner = owner_of(&ctx);
-    let contents = listing.objects(&page, Some(&owner))?;
+    let contents = listing.objects(&mut page, Some(&owner))?;
     let next_marker = page
         .next
         .as_ref()
