@@ -88,7 +88,10 @@ async fn a_bulk_loaded_bucket_reads_lists_and_counts_as_puts_would() {
         load(&store, &b);
 
         let all: BTreeSet<String> = (0..OBJECTS).map(key).collect();
-        let mut tagged: BTreeSet<String> = (0..OBJECTS).filter(|i| i.is_multiple_of(10)).map(key).collect();
+        let mut tagged: BTreeSet<String> = (0..OBJECTS)
+            .filter(|i| i.is_multiple_of(10))
+            .map(key)
+            .collect();
         check(&store, &b, &all, &tagged).await;
         let bytes: usize = (0..OBJECTS).map(|i| object(i).body.len()).sum();
         assert_eq!(store.bucket_usage(b.id).expect("usage").bytes, bytes as i64);
