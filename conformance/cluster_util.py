@@ -146,7 +146,8 @@ def s3_client(endpoint: str, access_key: str, secret_key: str, attempts: int = 1
 class LocalCluster:
     """A running `laneway cluster local` and its children."""
 
-    def __init__(self, work: Path, stores: int = 3, gateways: int = 2, partitions: int = 8, replicas: int = 1):
+    def __init__(self, work: Path, stores: int = 3, gateways: int = 2, partitions: int = 8, replicas: int = 1,
+                 extra_env: Optional[dict] = None):
         self.work = work
         self.replicas = replicas
         self.dir = work / "cluster"
@@ -171,6 +172,7 @@ class LocalCluster:
             NO_COLOR="1",
             RUST_BACKTRACE="1",
         )
+        env.update(extra_env or {})
         self.env = env
         (work / "awscli").mkdir(exist_ok=True)
         self.aws_env = aws_cli_env(work / "awscli")

@@ -81,6 +81,11 @@ FRESH_KEYS = 64
 # Reading back and usage: how long a just-restarted node may take.
 READ_DEADLINE_S = 30.0
 STORE_READY = "laneway store node {} listening on rpc://"
+# Log entries between snapshots of a partition's group in this module.
+SNAPSHOT_ENTRIES = 100
+# Rounds of fresh writes at most, waiting for every partition's log to be
+# purged (each round is FRESH_KEYS PUTs).
+PURGE_ROUNDS = 40
 
 
 def client(cluster, gateway: int):
@@ -194,7 +199,11 @@ class Workload:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     work = tmp_path_factory.mktemp("replication")
-    c = LocalCluster(work, stores=3, gateways=2, partitions=8, replicas=3)
+    # A snapshot every SNAPSHOT_ENTRIES entries (not 10,000), so the
+    # groups' logs are purged within this module's workloads and a replica
+    # far behind, or wiped, catches up from a snapshot with its volumes.
+    c = LocalCluster(work, stores=3, gateways=2, partitions=8, replicas=3,
+                     extra_env={"LANEWAY_RAFT_SNAPSHOT_ENTRIES": str(SNAPSHOT_ENTRIES)})
     # Store nodes this module started again itself: name -> Popen.
     c.restarted = {}
     yield c
@@ -526,6 +535,14 @@ def test_a_store_node_that_lost_its_disk_comes_back_and_nothing_is_lost(nemesis,
     name = "store-3"
     data = cluster.dir / name
     assert data.is_dir(), f"no data directory {data}"
+    # Every partition's leader has purged the start of its log, so the
+    # wiped node cannot replay it: it must be sent a snapshot, index rows
+    # and volume segments (3 % of the bodies are 1-2 MiB, in volumes).
+    for i in range(PURGE_ROUNDS):
+        if partition_logs_purged(cluster):
+            break
+        nemesis.writes_succeed(f"disk-loss-purge-{i}")
+    assert partition_logs_purged(cluster), cluster_status(cluster)
     nemesis.kill(name, signal.SIGTERM)
     shutil.rmtree(data)
     nemesis.writes_succeed("disk-loss-during")
@@ -537,6 +554,11 @@ def test_a_store_node_that_lost_its_disk_comes_back_and_nothing_is_lost(nemesis,
     # its leader's log (`laneway cluster status`).
     poll(lambda: fully_replicated(cluster), READ_DEADLINE_S, interval=1.0,
          what=f"every group of {name} caught up (laneway cluster status)")
+    # Its partitions came from snapshots: each replica of it has one.
+    for g in cluster_status(cluster)["groups"]:
+        if g["group"] != "catalog":
+            mine = [r for r in g["replicas"] if r["node"] == name]
+            assert mine and mine[0]["snapshot"] > 0, g
 
 
 # A user id no process of this machine runs as: a store node restarted as
@@ -609,6 +631,15 @@ def cluster_status(cluster) -> dict:
     cmd = [str(cluster.cmd[0]), "cluster", "status", "--file", str(cluster.dir / "cluster.toml"), "--json"]
     out = subprocess.run(cmd, capture_output=True, text=True, env=cluster.env, timeout=60)
     return json.loads(out.stdout)
+
+
+def partition_logs_purged(cluster) -> bool:
+    """Whether every partition group's leader purged part of its log
+    after a snapshot (`purged` in `laneway cluster status --json`)."""
+    groups = [g for g in cluster_status(cluster)["groups"] if g["group"] != "catalog"]
+    return bool(groups) and all(
+        any(r["leader"] and r["purged"] > 0 for r in g["replicas"]) for g in groups
+    )
 
 
 def fully_replicated(cluster) -> bool:

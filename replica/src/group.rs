@@ -44,18 +44,33 @@ pub const GROUP_DEADLINE: Duration = Duration::from_secs(5);
 /// then the new one) to commit.
 pub const MEMBERSHIP_DEADLINE: Duration = Duration::from_secs(30);
 
-/// The openraft settings of a store partition's group: the timing of
-/// [`crate::net::group_config`], with snapshots off and fewer entries per
-/// append.
-///
-/// Snapshots are off: a snapshot today holds index rows only, not the
-/// volume segments they point at, so a replica that needed one would end
-/// up with records whose bodies it lacks. Until snapshots carry segments,
-/// logs are kept whole and a replica catches up by replaying them
-/// (docs/replication.md, "Known limits").
+/// The openraft settings of a store partition's group: those of
+/// [`crate::net::group_config`] (a snapshot every 10,000 entries, the log
+/// before it purged but for the last 1,000), with fewer entries per
+/// append. A snapshot carries the partition's volume segments beside its
+/// index rows ([`crate::snapshot_volumes`]), so a replica that missed a
+/// purged part of the log catches up from one.
 pub fn store_group_config(name: &str) -> ReplicaResult<Arc<openraft::Config>> {
+    store_group_config_with(name, SNAPSHOT_ENTRIES)
+}
+
+/// Log entries between two snapshots of a store partition's group, by
+/// default.
+pub const SNAPSHOT_ENTRIES: u64 = 10_000;
+
+/// [`store_group_config`] with a snapshot every `entries` log entries
+/// (`laneway store --raft-snapshot-entries`): fewer keep less log on disk
+/// and cost a scan of the partition's index more often. A tenth of them,
+/// at most 1,000, stay in the log after a snapshot for followers slightly
+/// behind; a follower further behind than twice the interval is sent a
+/// snapshot.
+pub fn store_group_config_with(name: &str, entries: u64) -> ReplicaResult<Arc<openraft::Config>> {
     let mut config = (*crate::net::group_config(name)?).clone();
-    config.snapshot_policy = openraft::SnapshotPolicy::Never;
+    let entries = entries.max(1);
+    config.snapshot_policy = openraft::SnapshotPolicy::LogsSinceLast(entries);
+    config.max_in_snapshot_log_to_keep = (entries / 10).min(1_000);
+    config.purge_batch_size = (entries / 10).clamp(1, 256);
+    config.replication_lag_threshold = entries.saturating_mul(2);
     // Entries carry up to a MiB of body each: a few per append.
     config.max_payload_entries = 8;
     config
@@ -213,6 +228,8 @@ impl Group for RaftGroup {
             term: m.current_term,
             last_log: m.last_log_index.unwrap_or(0),
             applied: m.last_applied.map_or(0, |l| l.index),
+            snapshot: m.snapshot.map_or(0, |l| l.index),
+            purged: m.purged.map_or(0, |l| l.index),
             voters: m.membership_config.voter_ids().collect(),
             learners: m.membership_config.membership().learner_ids().collect(),
             matched: m
@@ -291,6 +308,9 @@ pub struct RaftOpener<N> {
     pub started: Box<dyn Fn(PartitionId, PartitionRaft) + Send + Sync>,
     /// The runtime the groups run on.
     pub handle: Handle,
+    /// Log entries between two snapshots of a partition's group
+    /// ([`store_group_config_with`]; [`SNAPSHOT_ENTRIES`] by default).
+    pub snapshot_entries: u64,
 }
 
 impl<N> GroupOpener for RaftOpener<N>
@@ -305,7 +325,7 @@ where
         dir: &Path,
     ) -> StoreResult<Arc<dyn Group>> {
         let spec = (self.spec)(partition);
-        let config = store_group_config(&partition.to_string())
+        let config = store_group_config_with(&partition.to_string(), self.snapshot_entries)
             .map_err(|e| StoreError::Engine(e.to_string()))?;
         let raft = self.start(
             partition,

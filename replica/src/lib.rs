@@ -10,7 +10,8 @@
 //!   own, synced before an append is acknowledged.
 //! - [`machine`]: the partition index as the state machine, applied in one
 //!   batch per call with its applied id, and snapshots as checked streams
-//!   of its rows ([`snapshot`]).
+//!   of its rows ([`snapshot`]) sent with the volume segments they point
+//!   at ([`snapshot_volumes`], moved by [`snapshot_data`]).
 //! - [`memnet`]: an in-process transport between groups, for tests.
 //! - [`net`]: the transport between nodes, on the cluster RPC
 //!   (`laneway_store::rpc`): every group's messages to a peer share that
@@ -31,6 +32,8 @@ pub mod memnet;
 pub mod net;
 pub mod node;
 pub mod snapshot;
+pub mod snapshot_data;
+pub mod snapshot_volumes;
 pub mod types;
 
 pub use blocking::{ReplicaError, ReplicaResult};

@@ -9,24 +9,31 @@
 //! with exactly that entry's data, never between two. An apply call is one
 //! batch and one sync for all the entries openraft hands it.
 //!
-//! Snapshots live in a directory of their own: `current.snap` is the one
-//! snapshot kept (written to `build.tmp` or `install.tmp`, fsynced, then
-//! renamed over it), `recv-N.part` are streams being received. Building
-//! one holds the apply lock while it scans, so the rows and the applied id
-//! it records agree. Installing one checks the whole stream first, makes
-//! it the current snapshot, then replaces every row of the index with its
-//! rows in one batch; a machine opened after a crash between those two
-//! steps finds its index behind `current.snap` and installs it again.
+//! Snapshots live in a directory of their own: `current.snap` is the index
+//! stream of the one snapshot kept (written to `build.tmp`, or received
+//! into `recv-N.part`, fsynced, then renamed over it). Building one holds
+//! the apply lock while it scans, so the rows, the segment lengths and the
+//! applied id it records agree. A snapshot is sent as its index stream
+//! plus the volume segments it names, read from the live segment files up
+//! to the recorded lengths ([`crate::snapshot_volumes`] says why that is
+//! safe); a receiver writes the segments' frames into its volumes as they
+//! arrive. Installing one checks the index stream, makes it the current
+//! snapshot, then replaces every row of the index with its rows in one
+//! batch; a machine opened after a crash between those two steps finds its
+//! index behind `current.snap` and installs it again (the volumes were
+//! synced before the rename).
 
 use crate::blocking::{ReplicaError, ReplicaResult, Work, blocking};
-use crate::snapshot::{StreamWriter, read_meta, read_stream};
+use crate::snapshot::{SegmentExtent, StreamHead, StreamWriter, read_head, read_stream};
+use crate::snapshot_data::SnapshotData;
+use crate::snapshot_volumes::{Received, Receiver, Sources};
 use crate::types::{Applied, LogEntry, LogId, Membership, SnapshotMeta, StorageError, TypeConfig};
 use laneway_store::index::{Entry, MetaIndex, WriteBatch};
 use laneway_store::volume::VolumeSet;
 use openraft::storage::RaftStateMachine;
 use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder, Snapshot};
 use std::fs::File;
-use std::io::{BufReader, BufWriter, Seek, SeekFrom};
+use std::io::{BufReader, BufWriter};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -231,16 +238,32 @@ impl Shared {
         Ok(())
     }
 
+    /// The volume segments and their lengths now.
+    fn extents(&self) -> ReplicaResult<Vec<SegmentExtent>> {
+        let Some(v) = &self.volumes else {
+            return Ok(Vec::new());
+        };
+        Ok(v.extents()?
+            .into_iter()
+            .map(|(id, len)| SegmentExtent { id, len })
+            .collect())
+    }
+
     /// Stream the index into a new `current.snap` and return it.
-    fn build(&self) -> ReplicaResult<(SnapshotMeta, File)> {
+    fn build(&self) -> ReplicaResult<(SnapshotMeta, SnapshotData)> {
         let _held = self.lock.lock().unwrap_or_else(|p| p.into_inner());
-        let meta = SnapshotMeta {
-            last_log_id: self.applied()?,
-            last_membership: self.membership()?,
-            snapshot_id: snapshot_id(self.applied()?),
+        let head = StreamHead {
+            meta: SnapshotMeta {
+                last_log_id: self.applied()?,
+                last_membership: self.membership()?,
+                snapshot_id: snapshot_id(self.applied()?),
+            },
+            // Every byte an applied row points at is in these lengths
+            // (pieces are applied before the rows that name them).
+            segments: self.extents()?,
         };
         let tmp = self.dir.join("build.tmp");
-        let mut w = StreamWriter::new(BufWriter::new(File::create(&tmp)?), &meta)?;
+        let mut w = StreamWriter::new(BufWriter::new(File::create(&tmp)?), &head)?;
         for_each_data_page(self.index.as_ref(), |page| {
             page.iter().try_for_each(|(k, v)| w.row(k, v))
         })?;
@@ -257,34 +280,51 @@ impl Shared {
         sync_dir(&self.dir)
     }
 
+    /// The head of the current snapshot, if there is one.
+    fn current_head(&self) -> ReplicaResult<Option<StreamHead>> {
+        match File::open(self.current_path()) {
+            Ok(f) => Ok(Some(read_head(BufReader::new(f))?)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// The current snapshot's metadata, if there is one.
     fn current_meta(&self) -> ReplicaResult<Option<SnapshotMeta>> {
-        Ok(self.current()?.map(|(meta, _)| meta))
+        Ok(self.current_head()?.map(|h| h.meta))
     }
 
-    /// The current snapshot's metadata and its file, read from the start.
-    fn current(&self) -> ReplicaResult<Option<(SnapshotMeta, File)>> {
-        let mut file = match File::open(self.current_path()) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(e.into()),
+    /// The current snapshot's metadata and its stream, from the start.
+    fn current(&self) -> ReplicaResult<Option<(SnapshotMeta, SnapshotData)>> {
+        let Some(head) = self.current_head()? else {
+            return Ok(None);
         };
-        let meta = read_meta(BufReader::new(&file))?;
-        file.seek(SeekFrom::Start(0))?;
-        Ok(Some((meta, file)))
+        // A rename over `current.snap` after this leaves the file opened
+        // here whole: the stream stays the snapshot `head` describes.
+        let sources = Sources::open(&self.current_path(), head.segments, self.volumes.as_deref())?;
+        Ok(Some((head.meta, SnapshotData::sending(sources))))
     }
 
-    /// Check the stream in `tmp` against `meta`, make it current, and
+    /// A receiver for a new snapshot stream.
+    fn receiver(&self) -> ReplicaResult<Receiver> {
+        Receiver::create(&self.receive_path(), self.volumes.clone())
+    }
+
+    /// Check the received stream against `meta`, make it current, and
     /// replace the index's rows with its rows.
-    fn install(&self, tmp: &Path, meta: &SnapshotMeta) -> ReplicaResult<()> {
+    fn install(&self, received: Receiver, meta: &SnapshotMeta) -> ReplicaResult<()> {
+        let Received { path, segments } = received.finish()?;
         let _held = self.lock.lock().unwrap_or_else(|p| p.into_inner());
-        let (found, rows) = read_rows(tmp)?;
-        if found.last_log_id != meta.last_log_id || found.last_membership != meta.last_membership {
+        let (found, rows) = read_rows(&path)?;
+        if found.meta.last_log_id != meta.last_log_id
+            || found.meta.last_membership != meta.last_membership
+            || found.segments != segments
+        {
             return Err(ReplicaError::Snapshot(
                 "stream does not match its metadata".into(),
             ));
         }
-        self.make_current(tmp)?;
+        self.make_current(&path)?;
         self.replace_rows(rows, meta)
     }
 
@@ -327,12 +367,12 @@ impl Shared {
     }
 }
 
-/// The checked metadata and the rows (as one batch of puts) of the stream
-/// in file `path`.
-fn read_rows(path: &Path) -> ReplicaResult<(SnapshotMeta, WriteBatch)> {
+/// The checked head and the rows (as one batch of puts) of the stream in
+/// file `path`.
+fn read_rows(path: &Path) -> ReplicaResult<(StreamHead, WriteBatch)> {
     let mut rows = WriteBatch::default();
-    let meta = read_stream(BufReader::new(File::open(path)?), |k, v| rows.put(k, v))?;
-    Ok((meta, rows))
+    let head = read_stream(BufReader::new(File::open(path)?), |k, v| rows.put(k, v))?;
+    Ok((head, rows))
 }
 
 /// A snapshot id unique to this build: the applied index and the time.
@@ -344,21 +384,21 @@ fn snapshot_id(applied: Option<LogId>) -> String {
     format!("{index}-{nanos:x}")
 }
 
-/// A snapshot whose data is `file`.
-fn as_snapshot((meta, file): (SnapshotMeta, File)) -> Snapshot<TypeConfig> {
+/// A snapshot whose stream is `data`.
+fn as_snapshot((meta, data): (SnapshotMeta, SnapshotData)) -> Snapshot<TypeConfig> {
     Snapshot {
         meta,
-        snapshot: Box::new(tokio::fs::File::from_std(file)),
+        snapshot: Box::new(data),
     }
 }
 
-/// Copy the whole of `data` into the new file `tmp` and sync it.
-async fn copy_stream(data: &mut tokio::fs::File, tmp: &Path) -> std::io::Result<()> {
-    use tokio::io::AsyncSeekExt;
+/// Copy the whole of a stored snapshot's stream `data` into `into` (a
+/// snapshot handed over in process, as openraft's storage suite does).
+async fn copy_stream(data: &mut SnapshotData, into: &mut SnapshotData) -> std::io::Result<()> {
+    use tokio::io::{AsyncSeekExt, AsyncWriteExt};
     data.seek(std::io::SeekFrom::Start(0)).await?;
-    let mut out = tokio::fs::File::create(tmp).await?;
-    tokio::io::copy(data, &mut out).await?;
-    out.sync_all().await
+    tokio::io::copy(data, into).await?;
+    into.shutdown().await
 }
 
 fn snapshot_err(e: &std::io::Error) -> StorageError {
@@ -393,31 +433,27 @@ impl RaftStateMachine<TypeConfig> for PartitionMachine {
         self.clone()
     }
 
-    async fn begin_receiving_snapshot(&mut self) -> Result<Box<tokio::fs::File>, StorageError> {
-        let path = self.shared.receive_path();
-        let file = tokio::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .await
-            .map_err(|e| snapshot_err(&e))?;
-        Ok(Box::new(file))
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<SnapshotData>, StorageError> {
+        let receiver = self.run(Work::Snapshot, Shared::receiver).await?;
+        Ok(Box::new(SnapshotData::receiving(receiver)))
     }
 
     async fn install_snapshot(
         &mut self,
         meta: &SnapshotMeta,
-        mut snapshot: Box<tokio::fs::File>,
+        mut snapshot: Box<SnapshotData>,
     ) -> Result<(), StorageError> {
-        let tmp = self.shared.dir.join("install.tmp");
-        copy_stream(&mut snapshot, &tmp)
-            .await
-            .map_err(|e| snapshot_err(&e))?;
-        drop(snapshot);
+        if !snapshot.is_receiving() {
+            let mut into = self.begin_receiving_snapshot().await?;
+            copy_stream(&mut snapshot, &mut into)
+                .await
+                .map_err(|e| snapshot_err(&e))?;
+            snapshot = into;
+        }
+        let receiver = snapshot.into_receiver().map_err(|e| snapshot_err(&e))?;
         let meta = meta.clone();
         self.run(Work::Snapshot, move |s| {
-            s.install(&tmp, &meta)?;
+            s.install(receiver, &meta)?;
             remove_leftovers(&s.dir)
         })
         .await

@@ -56,6 +56,8 @@ pub const CATALOG_GROUP: GroupId = u32::MAX;
 /// the request's few hundred bytes of header stays far below it, and takes
 /// well under a second on a LAN.
 pub const SNAPSHOT_CHUNK: u64 = 4 << 20;
+// Chunks start on snapshot frame boundaries (crate::snapshot_volumes).
+const _: () = assert!(SNAPSHOT_CHUNK.is_multiple_of(crate::snapshot_volumes::FRAME));
 
 /// Most log entries sent in one append. An entry is one group-commit
 /// round of a partition (its index rows, small bodies inline), typically
@@ -182,5 +184,11 @@ mod tests {
         assert!(config.election_timeout_max + config.heartbeat_interval < 3000);
         let chunk = usize::try_from(config.snapshot_max_chunk_size).expect("fits usize");
         assert!(chunk + 4096 < MAX_FRAME);
+        assert_eq!(
+            config.snapshot_max_chunk_size % crate::snapshot_volumes::FRAME,
+            0
+        );
+        let store = crate::group::store_group_config("p").expect("store config");
+        assert_eq!(store.snapshot_policy, SnapshotPolicy::LogsSinceLast(10_000));
     }
 }

@@ -45,12 +45,14 @@ pub struct SpecError(String);
 impl NodeReplication {
     /// The replication of node `me` of the cluster `file` describes, its
     /// messages signed with the cluster `secret`, its groups run on
-    /// `handle`.
+    /// `handle`, a partition's group snapshotting every
+    /// `snapshot_entries` log entries.
     pub fn new(
         file: &ClusterFile,
         me: &NodeId,
         secret: &[u8],
         handle: Handle,
+        snapshot_entries: u64,
     ) -> Result<NodeReplication, SpecError> {
         let specs = Specs::of(file, me)?;
         let service = Arc::new(RaftService::new());
@@ -65,6 +67,7 @@ impl NodeReplication {
                 registry.register(p.0, raft);
             }),
             handle,
+            snapshot_entries,
         };
         Ok(NodeReplication {
             service,

@@ -24,7 +24,7 @@ openraft::declare_raft_types!(
         NodeId = NodeId,
         Node = openraft::BasicNode,
         Entry = openraft::Entry<TypeConfig>,
-        SnapshotData = tokio::fs::File,
+        SnapshotData = crate::snapshot_data::SnapshotData,
         AsyncRuntime = openraft::TokioRuntime,
 );
 

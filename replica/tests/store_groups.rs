@@ -196,6 +196,7 @@ fn open_store(
         network: Box::new(move |p: PartitionId| net[p.0 as usize].clone()),
         started: Box::new(move |p: PartitionId, raft| started[p.0 as usize].add(me, raft)),
         handle,
+        snapshot_entries: laneway_replica::group::SNAPSHOT_ENTRIES,
     };
     let cfg = StoreConfig {
         partitions: Some(PARTITIONS),
@@ -369,4 +370,105 @@ fn wait_caught_up(nodes: &Nodes, id: NodeId) {
             std::thread::sleep(Duration::from_millis(50));
         }
     }
+}
+
+#[test]
+fn a_replica_behind_a_purged_log_catches_up_from_a_snapshot_with_its_volumes() {
+    let mut nodes = Nodes::new();
+    let b = bucket(&nodes);
+    let mut acked: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    let put = |nodes: &Nodes, acked: &mut BTreeMap<String, Vec<u8>>, key: &str, body: Vec<u8>| {
+        nodes.put(&b, key, &body);
+        acked.insert(key.to_string(), body);
+    };
+    // Before the stop: inline bodies and shipped ones of one and several
+    // pieces.
+    for (i, len) in [10usize, 300_000, 2_500_000].into_iter().enumerate() {
+        put(
+            &nodes,
+            &mut acked,
+            &format!("before-{i}"),
+            data(i as u64, len),
+        );
+    }
+    let behind: NodeId = 3;
+    nodes.stop(behind);
+    for (i, len) in [700_000usize, 50, 1_200_000, 90_000]
+        .into_iter()
+        .enumerate()
+    {
+        put(
+            &nodes,
+            &mut acked,
+            &format!("while-{i}"),
+            data(50 + i as u64, len),
+        );
+    }
+    put(&nodes, &mut acked, "before-1", data(77, 400_000));
+
+    // Every group's leader snapshots and purges its whole log, so the
+    // replica that was down can only catch up from the snapshot.
+    for p in 0..PARTITIONS {
+        let leader = nodes.leader(PartitionId(p));
+        let raft = nodes.routers[p as usize]
+            .get(leader)
+            .expect("leader's raft");
+        snapshot_and_purge(&nodes.rt, &raft);
+    }
+
+    nodes.start(behind);
+    wait_caught_up(&nodes, behind);
+    for p in 0..PARTITIONS {
+        let raft = nodes.routers[p as usize].get(behind).expect("raft");
+        assert!(
+            raft.metrics().borrow().snapshot.is_some(),
+            "partition {p} caught up through a snapshot"
+        );
+    }
+    // Its own index and volumes hold every acknowledged object, read
+    // straight from its store (as it would serve them on leading).
+    let store = Arc::clone(&nodes.stores[&behind]);
+    for (k, v) in &acked {
+        let (_, stream) = store
+            .get_object(&b, k, None)
+            .expect("on the caught-up replica");
+        assert_eq!(&nodes.rt.block_on(read_all(stream)), v, "{k}");
+    }
+    // And it takes part in new writes, which read back everywhere.
+    let others: Vec<NodeId> = [1, 2].into_iter().collect();
+    nodes.stop(others[0]);
+    put(&nodes, &mut acked, "after", data(99, 800_000));
+    for (k, v) in &acked {
+        assert_eq!(nodes.get(&b, k).as_deref(), Some(v.as_slice()), "{k}");
+    }
+    let (objects, bytes) = nodes.usage(&b);
+    assert_eq!(objects, acked.len() as i64);
+    assert_eq!(bytes, acked.values().map(|v| v.len() as i64).sum::<i64>());
+}
+
+/// Have `raft` (a leader) build a snapshot of everything it applied and
+/// purge its log up to it; wait for both.
+fn snapshot_and_purge(rt: &tokio::runtime::Runtime, raft: &laneway_replica::PartitionRaft) {
+    let applied = raft.metrics().borrow().last_applied.expect("applied").index;
+    rt.block_on(async {
+        raft.trigger().snapshot().await.expect("trigger snapshot");
+        raft.wait(Some(PATIENCE))
+            .metrics(
+                |m| m.snapshot.is_some_and(|s| s.index >= applied),
+                "snapshot built",
+            )
+            .await
+            .expect("snapshot");
+        raft.trigger()
+            .purge_log(applied)
+            .await
+            .expect("trigger purge");
+        raft.wait(Some(PATIENCE))
+            .metrics(
+                |m| m.purged.is_some_and(|s| s.index >= applied),
+                "log purged",
+            )
+            .await
+            .expect("purged");
+    });
 }

@@ -58,10 +58,16 @@ pub async fn compact_partition(
     min_garbage: f64,
     seal_idle: bool,
 ) -> StoreResult<CompactionReport> {
+    let mut report = CompactionReport::default();
+    if p.volumes().is_replicated() {
+        // A replica rewriting its segments on its own would make them
+        // differ from its peers' (compaction as a step of the group is
+        // not built: docs/replication.md).
+        return Ok(report);
+    }
     if seal_idle {
         p.volumes().seal_idle();
     }
-    let mut report = CompactionReport::default();
     for (segment, len, live) in candidates(p, min_garbage)? {
         // A copy that cannot fit would fail half-way and leave its partial
         // bytes behind; a later pass, with more space freed, takes it.

@@ -126,6 +126,13 @@ pub struct GroupStatus {
     pub last_log: u64,
     /// Last index applied to the partition.
     pub applied: u64,
+    /// Last log index in this replica's current snapshot (0: none yet).
+    #[serde(default)]
+    pub snapshot: u64,
+    /// Last log index purged from this replica's log after a snapshot
+    /// (0: none): its log holds only the entries above it.
+    #[serde(default)]
+    pub purged: u64,
     /// Voters of the group.
     pub voters: Vec<u64>,
     /// Learners of the group (replicas catching up before a promotion).

@@ -192,6 +192,13 @@ impl VolumeSet {
         self.term.store(0, Ordering::Relaxed);
     }
 
+    /// Whether the partition is replicated (its segments are then never
+    /// rewritten or removed: its replicas' volumes, and the snapshots sent
+    /// from them, stay byte-identical at every committed position).
+    pub fn is_replicated(&self) -> bool {
+        self.term.load(Ordering::Relaxed) != UNREPLICATED
+    }
+
     /// Whether a writer may append to segment `id` now: always, unless
     /// the partition is replicated and `id` is not of the term this
     /// replica leads in.
@@ -366,15 +373,31 @@ impl VolumeSet {
     /// Sealed segments with their file lengths.
     pub fn sealed(&self) -> StoreResult<Vec<(u64, u64)>> {
         // Files first, then the active set (see `take_writer`).
-        let files: Vec<(u64, Arc<File>)> = self
-            .files
-            .read()
-            .iter()
-            .map(|(id, f)| (*id, Arc::clone(f)))
-            .collect();
+        let files = self.all_files();
         let active = self.active.lock().clone();
         let mut out = Vec::new();
         for (id, f) in files.into_iter().filter(|(id, _)| !active.contains(id)) {
+            out.push((id, f.metadata()?.len()));
+        }
+        out.sort_unstable();
+        Ok(out)
+    }
+
+    /// Every segment's id and file, as of now.
+    fn all_files(&self) -> Vec<(u64, Arc<File>)> {
+        self.files
+            .read()
+            .iter()
+            .map(|(id, f)| (*id, Arc::clone(f)))
+            .collect()
+    }
+
+    /// Every segment with its file length, in id order (what a snapshot
+    /// of a replicated partition covers).
+    pub fn extents(&self) -> StoreResult<Vec<(u64, u64)>> {
+        let files = self.all_files();
+        let mut out = Vec::with_capacity(files.len());
+        for (id, f) in files {
             out.push((id, f.metadata()?.len()));
         }
         out.sort_unstable();

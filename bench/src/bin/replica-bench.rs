@@ -146,6 +146,7 @@ fn rf3(args: &Args, rt: &tokio::runtime::Runtime) -> BenchResult<Setup> {
                 service.register(p.0, raft);
             }),
             handle: rt.handle().clone(),
+            snapshot_entries: laneway_replica::group::SNAPSHOT_ENTRIES,
         };
         let dir = tempfile::tempdir()?;
         let cfg = StoreConfig {

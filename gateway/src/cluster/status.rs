@@ -74,6 +74,10 @@ pub struct ReplicaView {
     pub last_log: u64,
     /// Last index applied to its partition.
     pub applied: u64,
+    /// Last log index of its current snapshot (0: none).
+    pub snapshot: u64,
+    /// Last log index purged from its log after a snapshot (0: none).
+    pub purged: u64,
     /// Entries behind the leader's last log index (0 without a leader).
     pub lag: u64,
 }
@@ -208,6 +212,8 @@ fn replica(
             leader: Some(r.status.me) == leader,
             last_log: r.status.last_log,
             applied: r.status.applied,
+            snapshot: r.status.snapshot,
+            purged: r.status.purged,
             lag: head.map_or(0, |h| h.saturating_sub(r.status.applied)),
         },
         None => ReplicaView {
@@ -216,6 +222,8 @@ fn replica(
             leader: false,
             last_log: 0,
             applied: 0,
+            snapshot: 0,
+            purged: 0,
             lag: 0,
         },
     }
@@ -294,7 +302,7 @@ pub fn render_metrics(out: &mut String, groups: &[GroupView]) {
         let ok = u8::from(g.health == "ok");
         let _ = writeln!(out, "laneway_group_healthy{{group=\"{}\"}} {ok}", g.group);
     }
-    let per_replica: [ReplicaGauge; 5] = [
+    let per_replica: [ReplicaGauge; 7] = [
         (
             "laneway_group_replica_up",
             "1 when the replica's node answered the last round.",
@@ -314,6 +322,16 @@ pub fn render_metrics(out: &mut String, groups: &[GroupView]) {
             "laneway_group_replica_applied_index",
             "Last index the replica applied.",
             |r| r.applied,
+        ),
+        (
+            "laneway_group_replica_snapshot_index",
+            "Last log index in the replica's current snapshot.",
+            |r| r.snapshot,
+        ),
+        (
+            "laneway_group_replica_purged_index",
+            "Last log index purged from the replica's log after a snapshot.",
+            |r| r.purged,
         ),
         (
             "laneway_group_replica_lag_entries",

@@ -51,6 +51,12 @@ pub struct StoreArgs {
     /// Index cache and memtables of the node's partitions, as for `serve`.
     #[arg(long, env = "LANEWAY_INDEX_MEMORY", default_value = "128M")]
     pub index_memory: String,
+    /// Log entries between two snapshots of a replicated partition's
+    /// group; the log before a snapshot is then purged (docs/replication.md,
+    /// "Snapshots").
+    #[arg(long, env = "LANEWAY_RAFT_SNAPSHOT_ENTRIES", default_value_t = laneway_replica::group::SNAPSHOT_ENTRIES,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub raft_snapshot_entries: u64,
     /// Log filter (RUST_LOG syntax).
     #[arg(long = "log", env = "LANEWAY_LOG")]
     pub log: Option<String>,
@@ -104,7 +110,7 @@ pub async fn run(args: StoreArgs) -> Result<(), NodeError> {
             addr: args.listen.clone(),
             source,
         })?;
-    let replication = replication_of(&file, &node, &secret)?;
+    let replication = replication_of(&file, &node, &secret, args.raft_snapshot_entries)?;
     let groups = replication.as_ref().map(|r| r.opener.clone());
     let store = open_store(&args, &map_source, &node, groups).await?;
     start_compactor(&store, replication.is_some());
@@ -152,12 +158,13 @@ fn replication_of(
     file: &laneway_store::cluster::ClusterFile,
     node: &NodeId,
     secret: &[u8],
+    snapshot_entries: u64,
 ) -> Result<Option<NodeReplication>, NodeError> {
     if file.replicas <= 1 {
         return Ok(None);
     }
     let handle = tokio::runtime::Handle::current();
-    NodeReplication::new(file, node, secret, handle)
+    NodeReplication::new(file, node, secret, handle, snapshot_entries)
         .map(Some)
         .map_err(cfg_err)
 }
