@@ -18,6 +18,7 @@
 //! (`ensure_linearizable`): the leader confirms with a quorum that it still
 //! leads, then waits until it has applied what was committed before.
 
+use crate::lease::{AckClock, LeasedNetwork, lease_for};
 use crate::machine::PartitionMachine;
 use crate::types::{Mutation, NodeId, PartitionRaft, TypeConfig};
 use crate::{LogStore, ReplicaError, ReplicaResult};
@@ -83,12 +84,38 @@ pub fn store_group_config_with(name: &str, entries: u64) -> ReplicaResult<Arc<op
 pub struct RaftGroup {
     raft: PartitionRaft,
     handle: Handle,
+    lease: Lease,
+}
+
+/// What a group's leader reads under without a read-index round
+/// ([`crate::lease`]).
+struct Lease {
+    clock: Arc<AckClock>,
+    time: Duration,
 }
 
 impl RaftGroup {
     /// The Raft handle (for the transport's service and tests).
     pub fn raft(&self) -> &PartitionRaft {
         &self.raft
+    }
+
+    /// Whether a read may skip the read-index round: this replica leads
+    /// under a lease a majority granted in its term, and it has applied
+    /// an entry of that term (so every entry committed before its term,
+    /// and every write it acknowledged, is in its index).
+    fn lease_holds(&self) -> bool {
+        let m = self.raft.metrics().borrow().clone();
+        m.state == ServerState::Leader
+            && m.last_applied
+                .is_some_and(|l| l.leader_id.term == m.current_term)
+            && self.lease.clock.holds(
+                m.id,
+                m.current_term,
+                m.membership_config.membership().get_joint_config(),
+                std::time::Instant::now(),
+                self.lease.time,
+            )
     }
 
     /// The current term, if this replica leads; `NotLeader` otherwise.
@@ -210,6 +237,9 @@ impl Group for RaftGroup {
     }
 
     fn read_barrier(&self) -> BoxFuture<'static, StoreResult<()>> {
+        if self.lease_holds() {
+            return Box::pin(async { Ok(()) });
+        }
         let raft = self.raft.clone();
         Box::pin(async move {
             match tokio::time::timeout(GROUP_DEADLINE, raft.ensure_linearizable()).await {
@@ -327,7 +357,7 @@ where
         let spec = (self.spec)(partition);
         let config = store_group_config_with(&partition.to_string(), self.snapshot_entries)
             .map_err(|e| StoreError::Engine(e.to_string()))?;
-        let raft = self.start(
+        let (raft, lease) = self.start(
             partition,
             spec,
             config,
@@ -339,6 +369,7 @@ where
         Ok(Arc::new(RaftGroup {
             raft,
             handle: self.handle.clone(),
+            lease,
         }))
     }
 
@@ -352,10 +383,11 @@ where
         };
         let config =
             crate::net::group_config("catalog").map_err(|e| StoreError::Engine(e.to_string()))?;
-        let raft = self.start(CATALOG_PARTITION, spec, config, index, None, dir)?;
+        let (raft, lease) = self.start(CATALOG_PARTITION, spec, config, index, None, dir)?;
         Ok(Some(Arc::new(RaftGroup {
             raft,
             handle: self.handle.clone(),
+            lease,
         })))
     }
 }
@@ -365,7 +397,8 @@ where
     N: RaftNetworkFactory<TypeConfig> + Send + Sync + 'static,
 {
     /// Start this node's replica of the group `id` names: its log in
-    /// `dir/log`, its state machine over `index` (and `volumes`).
+    /// `dir/log`, its state machine over `index` (and `volumes`), its
+    /// transport recording the acknowledgements its reads' lease rests on.
     fn start(
         &self,
         id: PartitionId,
@@ -374,7 +407,7 @@ where
         index: Arc<dyn MetaIndex>,
         volumes: Option<Arc<VolumeSet>>,
         dir: &Path,
-    ) -> StoreResult<PartitionRaft> {
+    ) -> StoreResult<(PartitionRaft, Lease)> {
         let what = if id == CATALOG_PARTITION {
             "the catalog".to_string()
         } else {
@@ -383,17 +416,24 @@ where
         let log: Arc<dyn MetaIndex> = Arc::from(open_index(Engine::Fjall, &dir.join("log"))?);
         let machine = PartitionMachine::open_with(index, volumes, &dir.join("snapshots"))
             .map_err(|e| StoreError::Engine(format!("{what} state machine: {e}")))?;
-        self.handle
+        let lease = Lease {
+            clock: Arc::default(),
+            time: lease_for(&config),
+        };
+        let network = LeasedNetwork::new((self.network)(id), Arc::clone(&lease.clock));
+        let raft = self
+            .handle
             .block_on(launch(
                 config,
                 spec.me,
                 spec.members,
-                (self.network)(id),
+                network,
                 LogStore::new(log),
                 machine,
                 |raft| (self.started)(id, raft.clone()),
             ))
-            .map_err(|e| StoreError::Unavailable(format!("{what} group: {e}")))
+            .map_err(|e| StoreError::Unavailable(format!("{what} group: {e}")))?;
+        Ok((raft, lease))
     }
 }
 

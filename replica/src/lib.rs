@@ -19,13 +19,16 @@
 //!   messages to the node's groups, and [`net::start_group`] starts a
 //!   replica and initialises a new group exactly once.
 //! - [`group`]: a partition's group as the store's `Group` seam sees it,
-//!   and the opener that starts one per hosted partition and the catalog.
+//!   and the opener that starts one per hosted partition and the catalog;
+//!   its leader serves reads under a lease ([`lease`]) when a quorum
+//!   acknowledged it a moment ago.
 //! - [`node`]: a store node's groups wired from the cluster file.
 //!
 //! [`open_group`] opens both halves of one replica from a directory.
 
 pub mod blocking;
 pub mod group;
+pub mod lease;
 pub mod log_store;
 pub mod machine;
 pub mod memnet;
