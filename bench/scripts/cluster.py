@@ -21,7 +21,9 @@ per key the time to its first acknowledged PUT.
 catchup: at RF 3, store-3 killed while CATCHUP_OBJECTS (default
 100000) 4 KiB objects are PUT, then started again: how long until every
 replica it holds is at its leader's log index (`laneway cluster status`),
-in log entries and objects per second.
+in log entries and objects per second, and in how many groups it was
+sent a snapshot (LANEWAY_RAFT_SNAPSHOT_ENTRIES sets the store nodes'
+snapshot interval, 10,000 entries by default).
 
 move: at RF 3, MOVE_OBJECTS (default 50000) 4 KiB objects PUT, then a
 fourth store node added (`laneway cluster add-node`, started) and one
@@ -410,6 +412,11 @@ def catchup(s, objects=None):
               f"{behind} log entries behind over {len(before)} groups")
         print(f"# caught up {took:.1f} s after its start (process start and open included): "
               f"{behind / max(took, 1e-9):.0f} entries/s, {ok / max(took, 1e-9):.0f} objects/s")
+        after = status_json(s)
+        sent = sum(1 for g in after for r in g["replicas"] if r["node"] == "store-3" and r["snapshot"] > 0)
+        purged = sum(1 for g in after for r in g["replicas"] if r["leader"] and r["purged"] > 0)
+        print(f"# store-3 holds a snapshot in {sent} of {len(after)} groups; "
+              f"{purged} leaders had purged their log")
         sys.stdout.flush()
     finally:
         s.close()

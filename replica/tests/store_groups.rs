@@ -472,3 +472,39 @@ fn snapshot_and_purge(rt: &tokio::runtime::Runtime, raft: &laneway_replica::Part
             .expect("purged");
     });
 }
+
+#[test]
+fn a_leader_cut_off_from_its_followers_serves_no_read_once_its_lease_lapses() {
+    let mut nodes = Nodes::new();
+    let b = bucket(&nodes);
+    nodes.put(&b, "k", b"v");
+    let p = PartitionId(0);
+    let leader = nodes.leader(p);
+    let group = nodes.stores[&leader]
+        .partition(p)
+        .expect("hosted")
+        .group()
+        .expect("group")
+        .clone();
+    nodes
+        .rt
+        .block_on(group.read_barrier())
+        .expect("the leader reads");
+    // Both followers gone: no append of this leader is acknowledged any
+    // more. Past the lease (325 ms) and a heartbeat, a read must not be
+    // served on the strength of the old acknowledgements.
+    let followers: Vec<NodeId> = nodes
+        .stores
+        .keys()
+        .copied()
+        .filter(|&id| id != leader)
+        .collect();
+    for id in followers {
+        nodes.stop(id);
+    }
+    std::thread::sleep(Duration::from_millis(800));
+    assert!(
+        nodes.rt.block_on(group.read_barrier()).is_err(),
+        "a lapsed lease serves no read"
+    );
+}

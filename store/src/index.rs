@@ -114,6 +114,13 @@ pub trait MetaIndex: Send + Sync + 'static {
         }
         self.write(batch)
     }
+    /// Leave the index in its read-optimal shape after a bulk load: an
+    /// LSM engine merges its tables down now (and waits for it), so reads
+    /// that follow do not share the machine with that merge. The default
+    /// does nothing.
+    fn settle(&self) -> StoreResult<()> {
+        Ok(())
+    }
     /// Bytes the index occupies on disk (for benchmarks and metrics).
     fn disk_bytes(&self) -> StoreResult<u64>;
 }

@@ -135,6 +135,14 @@ impl MetaIndex for FjallIndex {
         ingestion.finish().map_err(engine_err)
     }
 
+    fn settle(&self) -> StoreResult<()> {
+        // Every ingested run is an L0 run of its own; leveled compaction
+        // would merge them down in the background for a long time after
+        // a large load (docs/benchmarks.md, "N = 100,000,000"). One major
+        // compaction merges them into the last level at once.
+        self.keyspace.major_compact().map_err(engine_err)
+    }
+
     fn disk_bytes(&self) -> StoreResult<u64> {
         self.db.disk_space().map_err(engine_err)
     }

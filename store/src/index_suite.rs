@@ -528,6 +528,39 @@ fn ingest_adds_sorted_rows_beside_written_ones(open: Opener) {
     assert_eq!(got, model);
 }
 
+/// `settle` after ingested runs, writes, overwrites and deletes changes no
+/// row: deleted rows stay deleted, the newest value wins, through a reopen.
+fn settle_keeps_every_row(open: Opener) {
+    let dir = tempdir();
+    let mut model = BTreeMap::new();
+    {
+        let idx = open(dir.path());
+        for run in 0..3u32 {
+            let rows: Vec<Entry> = (0..200u32)
+                .map(|i| (format!("r{run}/{i:04}").into_bytes(), vec![1u8; 40]))
+                .collect();
+            model.extend(rows.iter().cloned());
+            idx.ingest(&mut rows.into_iter()).expect("ingest");
+        }
+        for i in (0..200u32).step_by(3) {
+            let k = format!("r1/{i:04}").into_bytes();
+            delete(idx.as_ref(), &k);
+            model.remove(&k);
+        }
+        put(idx.as_ref(), b"r2/0007", b"newer");
+        model.insert(b"r2/0007".to_vec(), b"newer".to_vec());
+        idx.sync().expect("sync");
+        idx.settle().expect("settle");
+        let got: BTreeMap<Vec<u8>, Vec<u8>> =
+            scan_all(idx.as_ref(), b"", b"", 64).into_iter().collect();
+        assert_eq!(got, model, "right after settle");
+    }
+    let idx = open(dir.path());
+    let got: BTreeMap<Vec<u8>, Vec<u8>> =
+        scan_all(idx.as_ref(), b"", b"", 64).into_iter().collect();
+    assert_eq!(got, model, "after a reopen");
+}
+
 /// Instantiate every listed test once per engine.
 macro_rules! suite {
     ($($name:ident),* $(,)?) => {
@@ -555,4 +588,5 @@ suite!(
     concurrent_readers_during_writes,
     disk_bytes_positive_after_data,
     ingest_adds_sorted_rows_beside_written_ones,
+    settle_keeps_every_row,
 );

@@ -12,7 +12,11 @@
 //! which hands them back in key order, and the index takes them in one
 //! piece ([`MetaIndex::ingest`]: fjall writes sorted input straight into
 //! new tables). The usage counters are then written and synced like any
-//! batch.
+//! batch. Each such piece is a sorted run of its own; when the load
+//! finishes, every partition's index is settled ([`MetaIndex::settle`]:
+//! fjall merges the runs into its last level at once), so reads of the
+//! loaded bucket do not share the machine with that merge for the next
+//! hour (docs/benchmarks.md, "N = 100,000,000").
 //!
 //! Rules the loader enforces: the store is not replicated, the bucket is
 //! empty when the load starts, keys strictly ascend, and bodies are small
@@ -20,6 +24,7 @@
 //! loads (the benchmark loads a data dir no server has open).
 //!
 //! [`MetaIndex::ingest`]: crate::index::MetaIndex::ingest
+//! [`MetaIndex::settle`]: crate::index::MetaIndex::settle
 
 use crate::commit::Round;
 use crate::error::{StoreError, StoreResult};
@@ -112,6 +117,11 @@ impl BulkLoad<'_> {
         }
         for p in self.store.partitions() {
             p.index().sync()?;
+        }
+        // The load's runs merged now, so what reads the bucket next does
+        // not wait behind that merge.
+        for p in self.store.partitions() {
+            p.index().settle()?;
         }
         Ok(self.loaded)
     }
