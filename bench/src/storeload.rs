@@ -104,8 +104,15 @@ fn load(a: &StoreLoadArgs) -> Result<(), String> {
             eprintln!("# {i} objects, {:.0} s", started.elapsed().as_secs_f64());
         }
     }
+    let finishing = Instant::now();
     let loaded = bulk.finish().map_err(|e| format!("finish: {e}"))?;
     let elapsed = started.elapsed();
+    // The last runs, the syncs and the settling of every partition's
+    // index (a major compaction on fjall).
+    println!(
+        "# finish (last runs, sync, index settle) took {:.1} s",
+        finishing.elapsed().as_secs_f64()
+    );
     let selected = match a.untagged {
         true => 0,
         false => a.objects.div_ceil(a.tag_every.max(1)),

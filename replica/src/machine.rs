@@ -11,9 +11,11 @@
 //!
 //! Snapshots live in a directory of their own: `current.snap` is the index
 //! stream of the one snapshot kept (written to `build.tmp`, or received
-//! into `recv-N.part`, fsynced, then renamed over it). Building one holds
-//! the apply lock while it scans, so the rows, the segment lengths and the
-//! applied id it records agree. A snapshot is sent as its index stream
+//! into `recv-N.part`, fsynced, then renamed over it). Building one reads
+//! the applied id and the segment lengths under the apply lock together
+//! with a read view of the index, then scans the view while applies go
+//! on, so the rows, the segment lengths and the applied id agree (an
+//! engine without views keeps the lock for the scan). A snapshot is sent as its index stream
 //! plus the volume segments it names, read from the live segment files up
 //! to the recorded lengths ([`crate::snapshot_volumes`] says why that is
 //! safe); a receiver writes the segments' frames into its volumes as they
@@ -124,17 +126,20 @@ fn remove_leftovers(dir: &Path) -> ReplicaResult<()> {
     Ok(())
 }
 
-/// The rows of `index` with `start <= key < end` (empty end: no bound), a
-/// page at a time, each page handed to `f`.
+/// A range scan: the rows with `start <= key < end`, at most `limit`.
+type Scan<'a> = &'a dyn Fn(&[u8], &[u8], usize) -> laneway_store::StoreResult<Vec<Entry>>;
+
+/// The rows `scan` finds with `start <= key < end` (empty end: no bound),
+/// a page at a time, each page handed to `f`.
 fn for_each_page(
-    index: &dyn MetaIndex,
+    scan: Scan<'_>,
     start: &[u8],
     end: &[u8],
     mut f: impl FnMut(&[Entry]) -> ReplicaResult<()>,
 ) -> ReplicaResult<()> {
     let mut from = start.to_vec();
     loop {
-        let page = index.scan(&from, end, PAGE)?;
+        let page = scan(&from, end, PAGE)?;
         f(&page)?;
         match page.last() {
             Some((k, _)) if page.len() == PAGE => {
@@ -146,13 +151,22 @@ fn for_each_page(
     }
 }
 
-/// Every partition row (all but the reserved ones), page by page.
+/// Every partition row (all but the reserved ones) `scan` finds, page by
+/// page.
 fn for_each_data_page(
-    index: &dyn MetaIndex,
+    scan: Scan<'_>,
     mut f: impl FnMut(&[Entry]) -> ReplicaResult<()>,
 ) -> ReplicaResult<()> {
-    for_each_page(index, b"", RESERVED, &mut f)?;
-    for_each_page(index, RESERVED_END, b"", &mut f)
+    for_each_page(scan, b"", RESERVED, &mut f)?;
+    for_each_page(scan, RESERVED_END, b"", &mut f)
+}
+
+/// [`for_each_data_page`] over the index as it is.
+fn for_each_index_page(
+    index: &dyn MetaIndex,
+    f: impl FnMut(&[Entry]) -> ReplicaResult<()>,
+) -> ReplicaResult<()> {
+    for_each_data_page(&|a, b, n| index.scan(a, b, n), f)
 }
 
 /// fsync the directory `dir`, so a rename in it is durable.
@@ -250,8 +264,15 @@ impl Shared {
     }
 
     /// Stream the index into a new `current.snap` and return it.
+    ///
+    /// The head (applied id, membership, segment lengths) is read under
+    /// the apply lock, with a read view of the index taken at the same
+    /// moment; the rows then stream from the view while applies go on.
+    /// An engine without views ([`MetaIndex::read_view`] `None`: sled)
+    /// keeps the lock for the whole scan. The lock is taken again to make
+    /// the build current, unless an install made a newer one meanwhile.
     fn build(&self) -> ReplicaResult<(SnapshotMeta, SnapshotData)> {
-        let _held = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        let held = self.lock.lock().unwrap_or_else(|p| p.into_inner());
         let head = StreamHead {
             meta: SnapshotMeta {
                 last_log_id: self.applied()?,
@@ -262,14 +283,33 @@ impl Shared {
             // (pieces are applied before the rows that name them).
             segments: self.extents()?,
         };
+        let view = self.index.read_view();
+        let held = match view {
+            Some(_) => {
+                drop(held);
+                None
+            }
+            None => Some(held),
+        };
         let tmp = self.dir.join("build.tmp");
         let mut w = StreamWriter::new(BufWriter::new(File::create(&tmp)?), &head)?;
-        for_each_data_page(self.index.as_ref(), |page| {
-            page.iter().try_for_each(|(k, v)| w.row(k, v))
-        })?;
+        let rows = |page: &[Entry]| page.iter().try_for_each(|(k, v)| w.row(k, v));
+        match &view {
+            Some(v) => for_each_data_page(&|a, b, n| v.scan(a, b, n), rows)?,
+            None => for_each_index_page(self.index.as_ref(), rows)?,
+        }
+        drop(view);
         let file = w.finish()?.into_inner().map_err(|e| e.into_error())?;
         file.sync_all()?;
-        self.make_current(&tmp)?;
+        let _held = held.unwrap_or_else(|| self.lock.lock().unwrap_or_else(|p| p.into_inner()));
+        let newer = self
+            .current_meta()?
+            .is_some_and(|m| m.last_log_id > head.meta.last_log_id);
+        if newer {
+            std::fs::remove_file(&tmp)?;
+        } else {
+            self.make_current(&tmp)?;
+        }
         self.current()?
             .ok_or_else(|| ReplicaError::Snapshot("built snapshot vanished".into()))
     }
@@ -332,7 +372,7 @@ impl Shared {
     /// id and membership written; then synced.
     fn replace_rows(&self, rows: WriteBatch, meta: &SnapshotMeta) -> ReplicaResult<()> {
         let mut batch = WriteBatch::default();
-        for_each_data_page(self.index.as_ref(), |page| {
+        for_each_index_page(self.index.as_ref(), |page| {
             page.iter().for_each(|(k, _)| batch.delete(k.clone()));
             Ok(())
         })?;
@@ -513,6 +553,37 @@ mod tests {
             })
             .collect();
         assert_eq!(keys, vec![&b"a"[..], &b"b"[..]]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_snapshot_built_while_entries_apply_holds_exactly_the_rows_of_its_applied_id() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut m = machine(dir.path());
+        let key = |i: u64| format!("k{i:06}").into_bytes();
+        let first: Vec<LogEntry> = (1..=3000).map(|i| put_entry(i, &key(i), b"v")).collect();
+        m.apply(first).await.expect("apply");
+        let mut builder = m.get_snapshot_builder().await;
+        let build = tokio::spawn(async move { builder.build_snapshot().await });
+        // Entries keep applying while the snapshot streams.
+        for i in 3001..=3400 {
+            m.apply(vec![put_entry(i, &key(i), b"v")])
+                .await
+                .expect("apply");
+        }
+        let snap = build.await.expect("join").expect("build");
+        let last = snap.meta.last_log_id.expect("applied").index;
+        assert!(last >= 3000);
+        let (head, rows) = read_rows(&dir.path().join("snapshots").join(CURRENT)).expect("rows");
+        assert_eq!(head.meta, snap.meta);
+        let keys: Vec<Vec<u8>> = rows
+            .ops
+            .iter()
+            .map(|op| match op {
+                laneway_store::index::BatchOp::Put(k, _)
+                | laneway_store::index::BatchOp::Delete(k) => k.clone(),
+            })
+            .collect();
+        assert_eq!(keys, (1..=last).map(key).collect::<Vec<_>>());
     }
 
     #[tokio::test]

@@ -63,6 +63,13 @@ pub type RowVisitor<'a> = dyn FnMut(&[u8], &[u8]) -> StoreResult<bool> + 'a;
 /// A key/value pair returned by a scan.
 pub type Entry = (Vec<u8>, Vec<u8>);
 
+/// A point-in-time view of a [`MetaIndex`] ([`MetaIndex::read_view`]):
+/// its scans see exactly the rows of the moment it was taken.
+pub trait ReadView: Send {
+    /// As [`MetaIndex::scan`], on the view.
+    fn scan(&self, start: &[u8], end: &[u8], limit: usize) -> StoreResult<Vec<Entry>>;
+}
+
 /// An ordered key-value index. Implementations must be safe to call from
 /// many threads; writes are serialised by the caller (the commit thread).
 pub trait MetaIndex: Send + Sync + 'static {
@@ -113,6 +120,13 @@ pub trait MetaIndex: Send + Sync + 'static {
             return Ok(());
         }
         self.write(batch)
+    }
+    /// A view of the index as of now, if the engine keeps one (an MVCC
+    /// snapshot): writes after this call are not seen through it. `None`
+    /// when the engine has none; a caller that needs a consistent scan
+    /// then keeps writers out while it reads (the default).
+    fn read_view(&self) -> Option<Box<dyn ReadView>> {
+        None
     }
     /// Leave the index in its read-optimal shape after a bulk load: an
     /// LSM engine merges its tables down now (and waits for it), so reads

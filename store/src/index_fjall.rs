@@ -62,6 +62,57 @@ impl FjallIndex {
     }
 }
 
+/// A fjall snapshot of the index's keyspace.
+struct FjallView {
+    snapshot: fjall::Snapshot,
+    keyspace: Keyspace,
+}
+
+impl crate::index::ReadView for FjallView {
+    fn scan(&self, start: &[u8], end: &[u8], limit: usize) -> StoreResult<Vec<Entry>> {
+        let mut out = Vec::with_capacity(limit.min(1024));
+        scan_snapshot(
+            &self.snapshot,
+            &self.keyspace,
+            start,
+            end,
+            limit,
+            &mut |k, v| {
+                out.push((k.to_vec(), v.to_vec()));
+                Ok(true)
+            },
+        )?;
+        Ok(out)
+    }
+}
+
+/// The rows of `keyspace` in `snapshot` with `start <= key < end` (empty
+/// end: no bound), at most `limit`, lent to `f` until it answers false.
+fn scan_snapshot(
+    snapshot: &fjall::Snapshot,
+    keyspace: &Keyspace,
+    start: &[u8],
+    end: &[u8],
+    limit: usize,
+    f: &mut RowVisitor<'_>,
+) -> StoreResult<()> {
+    if limit == 0 || (!end.is_empty() && start >= end) {
+        return Ok(());
+    }
+    let iter = if end.is_empty() {
+        snapshot.range(keyspace, start..)
+    } else {
+        snapshot.range(keyspace, start..end)
+    };
+    for guard in iter.take(limit) {
+        let (k, v) = guard.into_inner().map_err(engine_err)?;
+        if !f(&k, &v)? {
+            break;
+        }
+    }
+    Ok(())
+}
+
 impl MetaIndex for FjallIndex {
     fn get(&self, key: &[u8]) -> StoreResult<Option<Vec<u8>>> {
         let snapshot = self.db.snapshot();
@@ -85,22 +136,7 @@ impl MetaIndex for FjallIndex {
         limit: usize,
         f: &mut RowVisitor<'_>,
     ) -> StoreResult<()> {
-        if limit == 0 || (!end.is_empty() && start >= end) {
-            return Ok(());
-        }
-        let snapshot = self.db.snapshot();
-        let iter = if end.is_empty() {
-            snapshot.range(&self.keyspace, start..)
-        } else {
-            snapshot.range(&self.keyspace, start..end)
-        };
-        for guard in iter.take(limit) {
-            let (k, v) = guard.into_inner().map_err(engine_err)?;
-            if !f(&k, &v)? {
-                break;
-            }
-        }
-        Ok(())
+        scan_snapshot(&self.db.snapshot(), &self.keyspace, start, end, limit, f)
     }
 
     fn write(&self, batch: WriteBatch) -> StoreResult<()> {
@@ -133,6 +169,13 @@ impl MetaIndex for FjallIndex {
             ingestion.write(k, v).map_err(engine_err)?;
         }
         ingestion.finish().map_err(engine_err)
+    }
+
+    fn read_view(&self) -> Option<Box<dyn crate::index::ReadView>> {
+        Some(Box::new(FjallView {
+            snapshot: self.db.snapshot(),
+            keyspace: self.keyspace.clone(),
+        }))
     }
 
     fn settle(&self) -> StoreResult<()> {

@@ -561,6 +561,38 @@ fn settle_keeps_every_row(open: Opener) {
     assert_eq!(got, model, "after a reopen");
 }
 
+/// A read view sees the rows of the moment it was taken, whatever is
+/// written after (engines without views answer `None`).
+fn read_view_is_a_point_in_time(open: Opener) {
+    let dir = tempdir();
+    let idx = open(dir.path());
+    put(idx.as_ref(), b"a", b"1");
+    put(idx.as_ref(), b"b", b"1");
+    let Some(view) = idx.read_view() else {
+        return;
+    };
+    put(idx.as_ref(), b"a", b"2");
+    delete(idx.as_ref(), b"b");
+    put(idx.as_ref(), b"c", b"1");
+    let then = view.scan(b"", b"", 10).expect("view scan");
+    assert_eq!(
+        then,
+        vec![
+            (b"a".to_vec(), b"1".to_vec()),
+            (b"b".to_vec(), b"1".to_vec())
+        ]
+    );
+    assert_eq!(view.scan(b"b", b"", 10).expect("bounded").len(), 1);
+    let now = scan_all(idx.as_ref(), b"", b"", 10);
+    assert_eq!(
+        now,
+        vec![
+            (b"a".to_vec(), b"2".to_vec()),
+            (b"c".to_vec(), b"1".to_vec())
+        ]
+    );
+}
+
 /// Instantiate every listed test once per engine.
 macro_rules! suite {
     ($($name:ident),* $(,)?) => {
@@ -589,4 +621,5 @@ suite!(
     disk_bytes_positive_after_data,
     ingest_adds_sorted_rows_beside_written_ones,
     settle_keeps_every_row,
+    read_view_is_a_point_in_time,
 );
