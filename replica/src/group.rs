@@ -105,7 +105,9 @@ impl RaftGroup {
     /// an entry of that term (so every entry committed before its term,
     /// and every write it acknowledged, is in its index).
     fn lease_holds(&self) -> bool {
-        let m = self.raft.metrics().borrow().clone();
+        // Borrowed, not cloned: this runs before every read.
+        let metrics = self.raft.metrics();
+        let m = metrics.borrow();
         m.state == ServerState::Leader
             && m.last_applied
                 .is_some_and(|l| l.leader_id.term == m.current_term)

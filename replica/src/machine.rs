@@ -517,6 +517,17 @@ mod tests {
         PartitionMachine::open(index, &dir.join("snapshots")).expect("machine")
     }
 
+    /// The keys of a snapshot's rows, in order.
+    fn keys_of(rows: &WriteBatch) -> Vec<Vec<u8>> {
+        rows.ops
+            .iter()
+            .map(|op| match op {
+                laneway_store::index::BatchOp::Put(k, _)
+                | laneway_store::index::BatchOp::Delete(k) => k.clone(),
+            })
+            .collect()
+    }
+
     fn put_entry(index: u64, key: &[u8], value: &[u8]) -> LogEntry {
         let mut batch = WriteBatch::default();
         batch.put(key.to_vec(), value.to_vec());
@@ -544,15 +555,7 @@ mod tests {
             .await
             .expect("build");
         let (_, rows) = read_rows(&dir.path().join("snapshots").join(CURRENT)).expect("rows");
-        let keys: Vec<&[u8]> = rows
-            .ops
-            .iter()
-            .map(|op| match op {
-                laneway_store::index::BatchOp::Put(k, _)
-                | laneway_store::index::BatchOp::Delete(k) => k.as_slice(),
-            })
-            .collect();
-        assert_eq!(keys, vec![&b"a"[..], &b"b"[..]]);
+        assert_eq!(keys_of(&rows), vec![b"a".to_vec(), b"b".to_vec()]);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -575,15 +578,7 @@ mod tests {
         assert!(last >= 3000);
         let (head, rows) = read_rows(&dir.path().join("snapshots").join(CURRENT)).expect("rows");
         assert_eq!(head.meta, snap.meta);
-        let keys: Vec<Vec<u8>> = rows
-            .ops
-            .iter()
-            .map(|op| match op {
-                laneway_store::index::BatchOp::Put(k, _)
-                | laneway_store::index::BatchOp::Delete(k) => k.clone(),
-            })
-            .collect();
-        assert_eq!(keys, (1..=last).map(key).collect::<Vec<_>>());
+        assert_eq!(keys_of(&rows), (1..=last).map(key).collect::<Vec<_>>());
     }
 
     #[tokio::test]

@@ -113,7 +113,7 @@ impl Nodes {
         let p = laneway_store::hash::partition_of(b.id, key.as_bytes(), PARTITIONS);
         loop {
             for store in self.stores.values() {
-                let group = store.partition(p).expect("hosted").group().expect("group");
+                let group = store.group_of(p);
                 if self.rt.block_on(group.read_barrier()).is_err() {
                     continue;
                 }
@@ -136,7 +136,7 @@ impl Nodes {
             let start = Instant::now();
             let u = loop {
                 let led = self.stores.values().find(|store| {
-                    let group = store.partition(p).expect("hosted").group().expect("group");
+                    let group = store.group_of(p);
                     self.rt.block_on(group.read_barrier()).is_ok()
                 });
                 if let Some(store) = led {
@@ -155,12 +155,7 @@ impl Nodes {
         let start = Instant::now();
         loop {
             for (&id, store) in &self.stores {
-                let status = store
-                    .partition(p)
-                    .expect("hosted")
-                    .group()
-                    .expect("group")
-                    .status();
+                let status = store.group_of(p).status();
                 if status.leader == Some(id) {
                     return id;
                 }
@@ -177,6 +172,18 @@ impl Drop for Nodes {
         for id in ids {
             self.stop(id);
         }
+    }
+}
+
+/// A hosted partition's group at a store (every partition is replicated
+/// here).
+trait GroupOf {
+    fn group_of(&self, p: PartitionId) -> &Arc<dyn laneway_store::replication::Group>;
+}
+
+impl GroupOf for Store {
+    fn group_of(&self, p: PartitionId) -> &Arc<dyn laneway_store::replication::Group> {
+        self.partition(p).expect("hosted").group().expect("group")
     }
 }
 
@@ -283,12 +290,7 @@ fn acknowledged_objects_survive_the_leaders_stop_and_a_replica_catches_up() {
         .keys()
         .find(|&&id| id != leader)
         .expect("a follower");
-    let g = nodes.stores[&follower]
-        .partition(p0)
-        .expect("hosted")
-        .group()
-        .expect("group")
-        .clone();
+    let g = nodes.stores[&follower].group_of(p0).clone();
     assert!(matches!(
         nodes.rt.block_on(g.read_barrier()),
         Err(StoreError::NotLeader(_))
@@ -345,21 +347,10 @@ fn wait_caught_up(nodes: &Nodes, id: NodeId) {
     for p in 0..PARTITIONS {
         let p = PartitionId(p);
         let leader = nodes.leader(p);
-        let target = nodes.stores[&leader]
-            .partition(p)
-            .expect("hosted")
-            .group()
-            .expect("group")
-            .status()
-            .last_log;
+        let target = nodes.stores[&leader].group_of(p).status().last_log;
         let start = Instant::now();
         loop {
-            let s = nodes.stores[&id]
-                .partition(p)
-                .expect("hosted")
-                .group()
-                .expect("group")
-                .status();
+            let s = nodes.stores[&id].group_of(p).status();
             if s.applied >= target {
                 break;
             }
@@ -480,12 +471,7 @@ fn a_leader_cut_off_from_its_followers_serves_no_read_once_its_lease_lapses() {
     nodes.put(&b, "k", b"v");
     let p = PartitionId(0);
     let leader = nodes.leader(p);
-    let group = nodes.stores[&leader]
-        .partition(p)
-        .expect("hosted")
-        .group()
-        .expect("group")
-        .clone();
+    let group = nodes.stores[&leader].group_of(p).clone();
     nodes
         .rt
         .block_on(group.read_barrier())
