@@ -343,6 +343,9 @@ pub struct RaftOpener<N> {
     /// Log entries between two snapshots of a partition's group
     /// ([`store_group_config_with`]; [`SNAPSHOT_ENTRIES`] by default).
     pub snapshot_entries: u64,
+    /// Whether each group sends its own heartbeats; `false` when the node
+    /// runs a [`crate::net::HeartbeatTicker`] for all of them.
+    pub own_heartbeats: bool,
 }
 
 impl<N> GroupOpener for RaftOpener<N>
@@ -358,6 +361,7 @@ where
     ) -> StoreResult<Arc<dyn Group>> {
         let spec = (self.spec)(partition);
         let config = store_group_config_with(&partition.to_string(), self.snapshot_entries)
+            .map(|c| self.heartbeats(c))
             .map_err(|e| StoreError::Engine(e.to_string()))?;
         let (raft, lease) = self.start(
             partition,
@@ -383,8 +387,9 @@ where
         let Some(spec) = self.catalog.clone() else {
             return Ok(None);
         };
-        let config =
-            crate::net::group_config("catalog").map_err(|e| StoreError::Engine(e.to_string()))?;
+        let config = crate::net::group_config("catalog")
+            .map(|c| self.heartbeats(c))
+            .map_err(|e| StoreError::Engine(e.to_string()))?;
         let (raft, lease) = self.start(CATALOG_PARTITION, spec, config, index, None, dir)?;
         Ok(Some(Arc::new(RaftGroup {
             raft,
@@ -398,6 +403,17 @@ impl<N> RaftOpener<N>
 where
     N: RaftNetworkFactory<TypeConfig> + Send + Sync + 'static,
 {
+    /// `config` with the group's own heartbeats off when the node's
+    /// ticker sends them.
+    fn heartbeats(&self, config: Arc<openraft::Config>) -> Arc<openraft::Config> {
+        if self.own_heartbeats {
+            return config;
+        }
+        let mut config = (*config).clone();
+        config.enable_heartbeat = false;
+        Arc::new(config)
+    }
+
     /// Start this node's replica of the group `id` names: its log in
     /// `dir/log`, its state machine over `index` (and `volumes`), its
     /// transport recording the acknowledgements its reads' lease rests on.

@@ -17,14 +17,17 @@
 //! - [`group_config`] and [`start_group`]: the settings of a group and
 //!   its start, initialising a new group exactly once.
 //!
-//! - [`HeartbeatTicker`]: optionally, one heartbeat timer per node for
-//!   all the groups it leads, instead of one per group.
+//! - [`batch`]: the entry-less appends (heartbeats, commit updates) of
+//!   every group to one peer, gathered into one [`RAFT_BATCH_METHOD`] call.
+//! - [`HeartbeatTicker`]: one heartbeat timer per node for all the groups
+//!   it leads, instead of one per group, opening the round in which their
+//!   heartbeats are gathered.
 //!
-//! What is shared between groups is the connection (and, with the ticker,
-//! the instant heartbeats leave), not the messages: each group's
-//! heartbeat is still its own call ([`heartbeat`] says what folding them
-//! would take).
+//! So the groups two nodes share use one connection, and their heartbeats
+//! one call per interval between the pair (in each direction a node
+//! leads groups in).
 
+pub mod batch;
 pub mod heartbeat;
 pub mod peers;
 pub mod service;
@@ -44,6 +47,10 @@ use std::sync::Arc;
 /// The RPC method that carries Raft messages (the server accepts method
 /// names of ASCII letters, digits and `_`).
 pub const RAFT_METHOD: &str = "raft";
+
+/// The RPC method that carries a batch of entry-less appends of several
+/// groups ([`batch`]).
+pub const RAFT_BATCH_METHOD: &str = "raft_batch";
 
 /// A group's id: a partition's group id is its partition number.
 pub type GroupId = u32;

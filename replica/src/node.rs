@@ -10,7 +10,10 @@
 //! (its members and their RPC addresses from the map, its transport over
 //! the node's shared [`Peers`]), and the [`RaftService`] that receives
 //! the groups' messages, which the node serves beside its store calls
-//! on one port ([`crate::net::Split`]).
+//! on one port ([`crate::net::Split`]). Its groups send no heartbeats of
+//! their own: the node's [`HeartbeatTicker`] triggers those of every
+//! group it leads at once, and they travel as one call per peer
+//! ([`crate::net::batch`]).
 //!
 //! Members are a node's Raft id ([`NodeId::raft_id`]) with its RPC address
 //! from the cluster file. The map is read once, at start: changing who
@@ -19,7 +22,7 @@
 //! cluster.
 
 use crate::group::{GroupSpec, RaftOpener};
-use crate::net::{Peers, RaftService, RpcNetwork};
+use crate::net::{HeartbeatTicker, Peers, RaftService, RpcNetwork};
 use laneway_store::cluster::{ClusterFile, NodeId};
 use laneway_store::ids::PartitionId;
 use laneway_store::replication::Replication;
@@ -35,6 +38,9 @@ pub struct NodeReplication {
     pub service: Arc<RaftService>,
     /// Opens this node's groups (a `StoreConfig::groups`).
     pub opener: Replication,
+    /// Sends the heartbeats of the groups this node leads; stops when
+    /// dropped.
+    pub ticker: HeartbeatTicker,
 }
 
 /// Why a node's groups cannot be described.
@@ -59,6 +65,15 @@ impl NodeReplication {
         let peers = Arc::new(Peers::new(Signer::new(secret)));
         let registry = Arc::clone(&service);
         let catalog = specs.catalog.clone();
+        let interval = crate::net::group_config("ticker")
+            .map_err(|e| SpecError(e.to_string()))?
+            .heartbeat_interval;
+        let ticker = HeartbeatTicker::start(
+            &handle,
+            Arc::clone(&service),
+            Arc::clone(&peers),
+            std::time::Duration::from_millis(interval),
+        );
         let opener = RaftOpener {
             spec: Box::new(move |p| specs.of_partition(p)),
             catalog,
@@ -68,10 +83,12 @@ impl NodeReplication {
             }),
             handle,
             snapshot_entries,
+            own_heartbeats: false,
         };
         Ok(NodeReplication {
             service,
             opener: Replication(Arc::new(opener)),
+            ticker,
         })
     }
 }

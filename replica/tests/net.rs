@@ -1,8 +1,8 @@
 //! Three nodes in one process, each an RPC server on 127.0.0.1:0 serving a
-//! `RaftService`, each hosting two groups; every Raft message goes over
+//! `RaftService`, each hosting four groups; every Raft message goes over
 //! the real cluster RPC (signed calls, one HTTP/2 connection per pair).
 //!
-//! What is checked: both groups elect and replicate; every acknowledged
+//! What is checked: every group elects and replicate; every acknowledged
 //! write survives the stop of a leader's node and a new election; a node
 //! that was stopped catches up after a restart on the same port, from the
 //! log, or, once the leader purged the log it missed, from a snapshot sent
@@ -30,7 +30,9 @@ use tokio::net::TcpListener;
 const PATIENCE: Duration = Duration::from_secs(30);
 
 /// The groups every node hosts.
-const GROUPS: [GroupId; 2] = [1, 2];
+/// (Four on three nodes: some node leads at least two, so its heartbeats
+/// to a follower have something to be batched with.)
+const GROUPS: [GroupId; 4] = [1, 2, 3, 4];
 
 const SECRET: &[u8] = b"net test cluster secret";
 
@@ -81,7 +83,7 @@ fn test_config(base: Arc<Config>) -> Arc<Config> {
 }
 
 impl Cluster {
-    /// Nodes a, b and c started, both groups on each, initialised.
+    /// Nodes a, b and c started, every group on each, initialised.
     async fn start() -> Cluster {
         Cluster::start_with(config(), false).await
     }
@@ -131,7 +133,12 @@ impl Cluster {
         let peers = Arc::new(Peers::new(Signer::new(SECRET)));
         let ticker = self.ticked.then(|| {
             let interval = Duration::from_millis(self.config.heartbeat_interval);
-            HeartbeatTicker::start(Arc::clone(&service), interval)
+            HeartbeatTicker::start(
+                &tokio::runtime::Handle::current(),
+                Arc::clone(&service),
+                Arc::clone(&peers),
+                interval,
+            )
         });
         let mut groups = BTreeMap::new();
         for group in GROUPS {
@@ -304,7 +311,7 @@ async fn assert_replicated(cluster: &Cluster, acked: &Acked, last: &BTreeMap<Gro
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn both_groups_elect_and_replicate_over_the_rpc() {
+async fn every_group_elects_and_replicates_over_the_rpc() {
     let cluster = Cluster::start().await;
     let mut acked = Acked::new();
     let mut last = BTreeMap::new();
@@ -438,8 +445,8 @@ async fn a_nodes_ticker_keeps_its_groups_led_without_their_own_heartbeats() {
         terms.insert(group, (leader, term));
     }
 
-    // Idle, the only appends are the tickers' heartbeats: four per tick
-    // (two groups, two followers each). Wait for about ten ticks' worth,
+    // Idle, the only appends are the tickers' heartbeats: eight per tick
+    // (four groups, two followers each). Wait for about ten ticks' worth,
     // longer than the longest election timeout: without the tickers the
     // followers would have campaigned by then, and the terms moved.
     let total = |c: &Cluster| -> u64 {
@@ -450,10 +457,10 @@ async fn a_nodes_ticker_keeps_its_groups_led_without_their_own_heartbeats() {
     };
     let start = total(&cluster);
     let deadline = tokio::time::Instant::now() + PATIENCE;
-    while total(&cluster) < start + 40 {
+    while total(&cluster) < start + 80 {
         assert!(
             tokio::time::Instant::now() < deadline,
-            "heartbeats keep arriving ({} of 40)",
+            "heartbeats keep arriving ({} of 80)",
             total(&cluster) - start
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -469,6 +476,18 @@ async fn a_nodes_ticker_keeps_its_groups_led_without_their_own_heartbeats() {
             assert_eq!(now, *term, "no election in group {group} on {}", node.name);
         }
     }
+    // Some node leads two groups or more, and a tick's heartbeats of its
+    // groups to one follower travel in one call.
+    let received: Vec<_> = cluster
+        .running
+        .values()
+        .map(|n| n.service.received())
+        .collect();
+    assert!(received.iter().any(|r| r.batches > 0), "{received:?}");
+    assert!(
+        received.iter().any(|r| r.largest_batch >= 2),
+        "no call carried the heartbeats of two groups: {received:?}"
+    );
     let more = write_many(&cluster, &mut acked, 1, 3..5, 16).await;
     assert_replicated(&cluster, &acked, &BTreeMap::from([(1, more)])).await;
 }

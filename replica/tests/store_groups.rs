@@ -204,6 +204,7 @@ fn open_store(
         started: Box::new(move |p: PartitionId, raft| started[p.0 as usize].add(me, raft)),
         handle,
         snapshot_entries: laneway_replica::group::SNAPSHOT_ENTRIES,
+        own_heartbeats: true,
     };
     let cfg = StoreConfig {
         partitions: Some(PARTITIONS),

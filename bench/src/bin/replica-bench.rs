@@ -15,13 +15,20 @@
 //! then the same number of GETs; wall time, operations per second and the
 //! whole process's CPU per operation (for RF 3 that is all three replicas,
 //! which share this machine's cores as they would not in a real cluster).
+//!
+//! `--mode idle` measures what idle groups cost: RF 3 stores with no
+//! requests for `--idle-secs`, first with every group sending its own
+//! heartbeats (openraft's timer per group), then with one ticker per node
+//! whose heartbeats travel as one batch call per peer; for each, the Raft
+//! calls and appends the three nodes received per second and the
+//! process's CPU per second.
 
 use bytes::Bytes;
 use clap::Parser;
 use futures::StreamExt;
 use laneway_bench::cpu::cpu_seconds;
 use laneway_replica::group::{GroupSpec, RaftOpener};
-use laneway_replica::net::{Peers, RaftService, RpcNetwork};
+use laneway_replica::net::{HeartbeatTicker, Peers, RaftService, RpcNetwork};
 use laneway_replica::types::NodeId;
 use laneway_store::ids::PartitionId;
 use laneway_store::replication::Replication;
@@ -51,9 +58,12 @@ struct Args {
     /// Partitions of each store.
     #[arg(long, default_value_t = 16)]
     partitions: u32,
-    /// Which setups: rf1, rf3 or both.
+    /// Which setups: rf1, rf3, both, or idle (see the module doc).
     #[arg(long, default_value = "both")]
     mode: String,
+    /// Seconds of each idle measurement.
+    #[arg(long, default_value_t = 10)]
+    idle_secs: u64,
 }
 
 /// Where each partition's calls go.
@@ -63,7 +73,27 @@ struct Setup {
     /// Everything to stop at the end.
     stores: Vec<Arc<Store>>,
     servers: Vec<RpcServer>,
+    /// Each RF 3 node's receiving side (its counts).
+    services: Vec<Arc<RaftService>>,
+    /// Each RF 3 node's heartbeat ticker, when the groups use one.
+    tickers: Vec<HeartbeatTicker>,
     _dirs: Vec<tempfile::TempDir>,
+}
+
+impl Setup {
+    fn stop(self, rt: &tokio::runtime::Runtime) {
+        for s in &self.stores {
+            s.shutdown();
+        }
+        rt.block_on(async {
+            for ticker in self.tickers {
+                ticker.stop().await;
+            }
+            for server in self.servers {
+                server.stop().await;
+            }
+        });
+    }
 }
 
 fn main() -> BenchResult<()> {
@@ -76,6 +106,14 @@ fn main() -> BenchResult<()> {
         "replica-bench: {} objects of {} B, {} in flight, {} partitions; CPU is this whole process",
         args.objects, args.size, args.concurrency, args.partitions
     );
+    if args.mode == "idle" {
+        for ticked in [false, true] {
+            let setup = rf3(&args, &rt, ticked)?;
+            idle(&args, &setup, ticked)?;
+            setup.stop(&rt);
+        }
+        return Ok(());
+    }
     for mode in ["rf1", "rf3"] {
         if args.mode != "both" && args.mode != mode {
             continue;
@@ -83,18 +121,49 @@ fn main() -> BenchResult<()> {
         let setup = if mode == "rf1" {
             rf1(&args)?
         } else {
-            rf3(&args, &rt)?
+            rf3(&args, &rt, false)?
         };
         measure(mode, &args, &rt, &setup)?;
-        for s in &setup.stores {
-            s.shutdown();
-        }
-        rt.block_on(async {
-            for server in setup.servers {
-                server.stop().await;
-            }
-        });
+        setup.stop(&rt);
     }
+    Ok(())
+}
+
+/// Sit idle for `--idle-secs` (after 2 s for the groups to settle) and
+/// print what the nodes received and the CPU spent.
+fn idle(args: &Args, setup: &Setup, ticked: bool) -> BenchResult<()> {
+    std::thread::sleep(Duration::from_secs(2));
+    let total = |s: &Setup| {
+        s.services.iter().fold((0u64, 0u64), |(c, a), svc| {
+            let r = svc.received();
+            (c + r.calls, a + r.appends)
+        })
+    };
+    let (calls0, appends0) = total(setup);
+    let cpu0 = cpu_seconds(None)?;
+    let t0 = Instant::now();
+    std::thread::sleep(Duration::from_secs(args.idle_secs));
+    let wall = t0.elapsed().as_secs_f64();
+    let cpu = cpu_seconds(None)? - cpu0;
+    let (calls, appends) = total(setup);
+    let largest = setup
+        .services
+        .iter()
+        .map(|s| s.received().largest_batch)
+        .max()
+        .unwrap_or(0);
+    println!(
+        "idle, {} groups x 3, {}: {:.0} raft calls/s carrying {:.0} appends/s (largest batch {largest}), CPU {:.1} ms/s",
+        args.partitions,
+        if ticked {
+            "one ticker per node, batched heartbeats"
+        } else {
+            "each group's own heartbeat timer"
+        },
+        (calls - calls0) as f64 / wall,
+        (appends - appends0) as f64 / wall,
+        cpu / wall * 1e3
+    );
     Ok(())
 }
 
@@ -109,11 +178,15 @@ fn rf1(args: &Args) -> BenchResult<Setup> {
         leaders: vec![Arc::clone(&store); args.partitions as usize],
         stores: vec![store],
         servers: Vec::new(),
+        services: Vec::new(),
+        tickers: Vec::new(),
         _dirs: vec![dir],
     })
 }
 
-fn rf3(args: &Args, rt: &tokio::runtime::Runtime) -> BenchResult<Setup> {
+/// Three replicated stores; `ticked`: one heartbeat ticker per node
+/// instead of each group's own timer.
+fn rf3(args: &Args, rt: &tokio::runtime::Runtime, ticked: bool) -> BenchResult<Setup> {
     let signer = || Signer::new(&[7u8; 32]);
     let mut listeners = Vec::new();
     let mut members = BTreeMap::new();
@@ -123,6 +196,7 @@ fn rf3(args: &Args, rt: &tokio::runtime::Runtime) -> BenchResult<Setup> {
         listeners.push(l);
     }
     let (mut stores, mut servers, mut dirs) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut services, mut tickers) = (Vec::new(), Vec::new());
     for (i, listener) in listeners.into_iter().enumerate() {
         let me = i as NodeId + 1;
         let service = Arc::new(RaftService::new());
@@ -134,6 +208,16 @@ fn rf3(args: &Args, rt: &tokio::runtime::Runtime) -> BenchResult<Setup> {
             ServerOptions::default(),
         )?);
         let peers = Arc::new(Peers::new(signer()));
+        services.push(Arc::clone(&service));
+        if ticked {
+            let interval = laneway_replica::net::group_config("bench")?.heartbeat_interval;
+            tickers.push(HeartbeatTicker::start(
+                rt.handle(),
+                Arc::clone(&service),
+                Arc::clone(&peers),
+                Duration::from_millis(interval),
+            ));
+        }
         let members = members.clone();
         let opener = RaftOpener {
             catalog: None,
@@ -147,6 +231,7 @@ fn rf3(args: &Args, rt: &tokio::runtime::Runtime) -> BenchResult<Setup> {
             }),
             handle: rt.handle().clone(),
             snapshot_entries: laneway_replica::group::SNAPSHOT_ENTRIES,
+            own_heartbeats: !ticked,
         };
         let dir = tempfile::tempdir()?;
         let cfg = StoreConfig {
@@ -165,6 +250,8 @@ fn rf3(args: &Args, rt: &tokio::runtime::Runtime) -> BenchResult<Setup> {
         leaders,
         stores,
         servers,
+        services,
+        tickers,
         _dirs: dirs,
     })
 }

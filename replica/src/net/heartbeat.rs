@@ -4,28 +4,24 @@
 //! a node's [`HeartbeatTicker`] asks every group it leads to send one, all
 //! at the same instant, each interval.
 //!
-//! What this saves, and what it does not. The plan (docs/replication.md)
-//! has one ticker per node pair; with openraft a group's heartbeat goes to
-//! all its followers at once, so per-pair tickers would send each group's
-//! heartbeat once per pair: the ticker is per node, which covers every
-//! pair the node leads groups on. Leaders' heartbeats no longer fire at
-//! independent phases, one wake-up per group: they leave together, so the
-//! shared HTTP/2 connection to each peer ([`super::Peers`]) writes them
-//! back to back (hyper flushes the frames queued together in one socket
-//! write, and the peer reads them in one wake-up) rather than as a
-//! trickle of lone packets. It does not cut the number of messages: each
-//! group's heartbeat is still one RPC call (one stream, one signature,
-//! one reply) per follower per interval. Folding them into one call per
-//! pair needs a batch method whose reply carries each group's answer;
-//! that is not built. Each group also keeps its own tick task, which
+//! What this saves. Leaders' heartbeats no longer fire at independent
+//! phases, one wake-up per group: before triggering them the ticker opens
+//! a heartbeat round on the node's [`Peers`], so the entry-less appends
+//! they turn into wait a few milliseconds in each peer's batcher and
+//! leave as one call per peer ([`super::batch`]): per interval, one call
+//! from this node to each follower node, whatever the number of groups
+//! it leads there. The ticker is per node, not per node pair: openraft
+//! sends a group's heartbeat to all its followers at once, and the
+//! batchers split them by peer. Each group keeps its own tick task, which
 //! drives its election timer.
 //!
 //! If the ticker stops (or a node's runtime is too loaded to run it),
 //! the followers of this node's groups stop hearing from it and elect
 //! another leader, exactly as when a group's own timer stalls.
 
-use super::RaftService;
+use super::batch::ROUND_WINDOW;
 use super::group_config;
+use super::{Peers, RaftService};
 use crate::blocking::ReplicaResult;
 use openraft::Config;
 use std::sync::Arc;
@@ -48,22 +44,39 @@ pub struct HeartbeatTicker {
 }
 
 impl HeartbeatTicker {
-    /// Every `interval` (the groups' `heartbeat_interval`), trigger a
-    /// heartbeat of every group in `service` this node leads.
-    pub fn start(service: Arc<RaftService>, interval: Duration) -> HeartbeatTicker {
+    /// Every `interval` (the groups' `heartbeat_interval`), open a
+    /// heartbeat round on `peers` and trigger a heartbeat of every group
+    /// in `service` this node leads; the ticker runs on `runtime`.
+    pub fn start(
+        runtime: &tokio::runtime::Handle,
+        service: Arc<RaftService>,
+        peers: Arc<Peers>,
+        interval: Duration,
+    ) -> HeartbeatTicker {
         let (stop, stopped) = watch::channel(false);
-        let task = tokio::spawn(tick(service, interval, stopped));
+        let task = runtime.spawn(tick(service, peers, interval, stopped));
         HeartbeatTicker { stop, task }
     }
 
     /// Stop ticking.
-    pub async fn stop(self) {
+    pub async fn stop(mut self) {
         let _ = self.stop.send(true);
-        let _ = self.task.await;
+        let _ = (&mut self.task).await;
     }
 }
 
-async fn tick(service: Arc<RaftService>, interval: Duration, mut stop: watch::Receiver<bool>) {
+impl Drop for HeartbeatTicker {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn tick(
+    service: Arc<RaftService>,
+    peers: Arc<Peers>,
+    interval: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
     let mut ticks = tokio::time::interval(interval);
     // A late tick is sent once, not in a burst of the ones missed.
     ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -72,6 +85,7 @@ async fn tick(service: Arc<RaftService>, interval: Duration, mut stop: watch::Re
             _ = stop.changed() => return,
             _ = ticks.tick() => {}
         }
+        peers.open_round(ROUND_WINDOW);
         for (group, raft) in service.all() {
             let leads = {
                 let m = raft.metrics();

@@ -16,8 +16,13 @@
 //! moved), is `Unreachable` (the replication stream backs off); a timeout
 //! or an undecodable answer is a `Network` error (retried at the next
 //! tick); the target Raft's own refusal is a `RemoteError`.
+//!
+//! Appends without entries (heartbeats, commit updates) of all groups
+//! go to a peer through its [`Batcher`], which sends what is queued as
+//! one call ([`super::batch`]).
 
-use super::wire::{RaftAnswer, RaftMsg, RaftReply, RaftRequest};
+use super::batch::{Batcher, Round};
+use super::wire::{BatchAnswer, RaftAnswer, RaftMsg, RaftReply, RaftRequest};
 use super::{GroupId, RAFT_METHOD};
 use crate::types::{NodeId, TypeConfig};
 use bytes::Bytes;
@@ -39,9 +44,18 @@ use std::sync::{Arc, Mutex};
 /// The clients of this node's peers, by node id, shared by all its groups.
 pub struct Peers {
     signer: Signer,
-    /// Each peer's address and client. The lock is held only to look up or
-    /// replace an entry, never across a call.
-    clients: Mutex<HashMap<NodeId, (String, Arc<RpcClient>)>>,
+    /// Each peer's address, client and batcher. The lock is held only to
+    /// look up or replace an entry, never across a call.
+    clients: Mutex<HashMap<NodeId, Peer>>,
+    /// The heartbeat round every batcher of this node holds appends for.
+    round: Arc<Round>,
+}
+
+/// What this node keeps of one peer.
+struct Peer {
+    addr: String,
+    client: Arc<RpcClient>,
+    batcher: Option<Arc<Batcher>>,
 }
 
 impl Peers {
@@ -51,6 +65,7 @@ impl Peers {
         Peers {
             signer,
             clients: Mutex::new(HashMap::new()),
+            round: Arc::new(Round::default()),
         }
     }
 
@@ -58,15 +73,33 @@ impl Peers {
     /// when there is none or the node's address changed (a node restarted
     /// elsewhere, as membership says).
     pub fn client(&self, id: NodeId, addr: &str) -> Arc<RpcClient> {
+        self.peer(id, addr).0
+    }
+
+    /// The client and batcher of node `id` at `addr` (as [`Peers::client`]).
+    fn peer(&self, id: NodeId, addr: &str) -> (Arc<RpcClient>, Option<Arc<Batcher>>) {
         let mut clients = self.clients.lock().unwrap_or_else(|p| p.into_inner());
         match clients.get(&id) {
-            Some((known, client)) if known == addr => Arc::clone(client),
+            Some(peer) if peer.addr == addr => (Arc::clone(&peer.client), peer.batcher.clone()),
             _ => {
                 let client = Arc::new(RpcClient::new(addr, self.signer.clone()));
-                clients.insert(id, (addr.to_string(), Arc::clone(&client)));
-                client
+                let batcher =
+                    Batcher::start(Arc::clone(&client), Arc::clone(&self.round)).map(Arc::new);
+                let peer = Peer {
+                    addr: addr.to_string(),
+                    client: Arc::clone(&client),
+                    batcher: batcher.clone(),
+                };
+                clients.insert(id, peer);
+                (client, batcher)
             }
         }
+    }
+
+    /// Open a heartbeat round: entry-less appends reaching a batcher in
+    /// the next `window` leave together when it ends ([`super::batch`]).
+    pub fn open_round(&self, window: std::time::Duration) {
+        self.round.open(window);
     }
 
     /// Drop the client of node `id` (a node that left the cluster).
@@ -105,10 +138,12 @@ impl RaftNetworkFactory<TypeConfig> for RpcNetwork {
     type Network = Connection;
 
     async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Connection {
+        let (client, batcher) = self.peers.peer(target, &node.addr);
         Connection {
             group: self.group,
             target,
-            client: self.peers.client(target, &node.addr),
+            client,
+            batcher,
         }
     }
 }
@@ -118,12 +153,15 @@ pub struct Connection {
     group: GroupId,
     target: NodeId,
     client: Arc<RpcClient>,
+    /// Where its entry-less appends go (`None` outside a runtime).
+    batcher: Option<Arc<Batcher>>,
 }
 
 type Rpc<T, E = RaftError<NodeId>> = Result<T, RPCError<NodeId, BasicNode, E>>;
 
 /// Why a message did not get the target Raft's answer.
-enum Failure {
+#[derive(Clone, Debug)]
+pub(super) enum Failure {
     /// Back off: the node is down or does not host the group.
     Unreachable(String),
     /// Retry at the next tick.
@@ -151,7 +189,7 @@ impl Failure {
 /// Room left in a frame for what wraps the request (none today; a margin
 /// so a change of the wrapping does not turn a fitting batch into a
 /// refused one).
-const FRAME_ROOM: usize = MAX_FRAME - 4096;
+pub(super) const FRAME_ROOM: usize = MAX_FRAME - 4096;
 
 impl Connection {
     /// Send `msg`, within `option`'s hard deadline; the target's answer.
@@ -173,7 +211,7 @@ impl Connection {
             .client
             .call(RAFT_METHOD, Bytes::from(args), None, &opts)
             .await
-            .map_err(|e| self.failure(e))?;
+            .map_err(failure_of)?;
         let reply = RaftReply::decode(&payload).map_err(|e| {
             Failure::Network(format!(
                 "node {} answered group {}: {e}",
@@ -183,23 +221,26 @@ impl Connection {
         Ok(reply.answer)
     }
 
-    fn failure(&self, e: RpcError) -> Failure {
-        match &e {
-            RpcError::Unavailable { .. } => Failure::Unreachable(e.to_string()),
-            // "Not hosted here" and a node shutting down are both answers
-            // to come back later to.
-            RpcError::Remote(w)
-                if matches!(
-                    w.code,
-                    WireCode::Unavailable | WireCode::ShuttingDown | WireCode::WrongNode { .. }
-                ) =>
-            {
-                Failure::Unreachable(e.to_string())
-            }
-            RpcError::Timeout { .. } | RpcError::Remote(_) | RpcError::Protocol { .. } => {
-                Failure::Network(e.to_string())
-            }
-        }
+    /// Send an entry-less `rpc` through the peer's batcher; `Err(rpc)`
+    /// when it must go alone.
+    async fn batched(
+        &self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: &RPCOption,
+    ) -> Result<Rpc<AppendEntriesResponse<NodeId>>, AppendEntriesRequest<TypeConfig>> {
+        let Some(batcher) = &self.batcher else {
+            return Err(rpc);
+        };
+        let outcome = batcher.offer(self.group, rpc, option.hard_ttl()).await?;
+        Ok(match outcome {
+            Ok(BatchAnswer::Append(answer)) => answer.map_err(|e| self.remote(e)),
+            Ok(BatchAnswer::NotHosted) => Err(Failure::Unreachable(format!(
+                "raft group {} is not hosted on node {}",
+                self.group, self.target
+            ))
+            .into_rpc()),
+            Err(f) => Err(f.into_rpc()),
+        })
     }
 
     fn wrong_kind(&self) -> Failure {
@@ -214,12 +255,36 @@ impl Connection {
     }
 }
 
+/// What openraft should make of a failed call.
+pub(super) fn failure_of(e: RpcError) -> Failure {
+    match &e {
+        RpcError::Unavailable { .. } => Failure::Unreachable(e.to_string()),
+        // "Not hosted here" and a node shutting down are both answers
+        // to come back later to.
+        RpcError::Remote(w)
+            if matches!(
+                w.code,
+                WireCode::Unavailable | WireCode::ShuttingDown | WireCode::WrongNode { .. }
+            ) =>
+        {
+            Failure::Unreachable(e.to_string())
+        }
+        RpcError::Timeout { .. } | RpcError::Remote(_) | RpcError::Protocol { .. } => {
+            Failure::Network(e.to_string())
+        }
+    }
+}
+
 impl RaftNetwork<TypeConfig> for Connection {
     async fn append_entries(
         &mut self,
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Rpc<AppendEntriesResponse<NodeId>> {
+        let rpc = match self.batched(rpc, &option).await {
+            Ok(answer) => return answer,
+            Err(alone) => alone,
+        };
         let entries = rpc.entries.len();
         match self.send(RaftMsg::Append(rpc), &option).await {
             Ok(RaftAnswer::Append(answer)) => answer.map_err(|e| self.remote(e)),

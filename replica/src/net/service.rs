@@ -6,14 +6,24 @@
 //! stopped, moved away) is answered `Unavailable`, which the sender treats
 //! as an unreachable target and backs off from; an undecodable message is
 //! `BadCall`. The group's own errors travel inside the reply.
+//!
+//! A [`RAFT_BATCH_METHOD`] call carries entry-less appends of several
+//! groups: each is handed to its group at once (the groups answer
+//! concurrently, so a slow one delays only the call's reply, not the
+//! others' work), and the reply holds an answer per append, `NotHosted`
+//! for a group not hosted here.
 
-use super::wire::{RaftAnswer, RaftMsg, RaftReply, RaftRequest};
-use super::{GroupId, RAFT_METHOD};
-use crate::types::PartitionRaft;
+use super::batch::MAX_BATCH;
+use super::wire::{
+    BatchAnswer, RaftAnswer, RaftBatch, RaftBatchReply, RaftMsg, RaftReply, RaftRequest,
+};
+use super::{GroupId, RAFT_BATCH_METHOD, RAFT_METHOD};
+use crate::types::{PartitionRaft, TypeConfig};
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use laneway_store::BodyStream;
 use laneway_store::rpc::{Handler, Reply, WireCode, WireError};
+use openraft::raft::AppendEntriesRequest;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -30,15 +40,20 @@ pub struct RaftService {
 /// calls refused (undecodable, unknown method, group not hosted).
 #[derive(Default)]
 struct Counts {
+    calls: AtomicU64,
     appends: AtomicU64,
     votes: AtomicU64,
     snapshot_chunks: AtomicU64,
     refused: AtomicU64,
+    batches: AtomicU64,
+    largest_batch: AtomicU64,
 }
 
 /// What a [`RaftService`] has received, for metrics and tests.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Received {
+    /// Calls received (lone messages and batches, refused ones included).
+    pub calls: u64,
     /// Appends (heartbeats included) handed to a group.
     pub appends: u64,
     /// Vote requests handed to a group.
@@ -47,6 +62,11 @@ pub struct Received {
     pub snapshot_chunks: u64,
     /// Calls answered with an error before reaching a group.
     pub refused: u64,
+    /// Batch calls among those (each counted once; their appends are in
+    /// `appends`).
+    pub batches: u64,
+    /// The most appends one batch call carried.
+    pub largest_batch: u64,
 }
 
 impl RaftService {
@@ -79,10 +99,13 @@ impl RaftService {
     pub fn received(&self) -> Received {
         let c = &self.counts;
         Received {
+            calls: c.calls.load(Ordering::Relaxed),
             appends: c.appends.load(Ordering::Relaxed),
             votes: c.votes.load(Ordering::Relaxed),
             snapshot_chunks: c.snapshot_chunks.load(Ordering::Relaxed),
             refused: c.refused.load(Ordering::Relaxed),
+            batches: c.batches.load(Ordering::Relaxed),
+            largest_batch: c.largest_batch.load(Ordering::Relaxed),
         }
     }
 
@@ -91,7 +114,60 @@ impl RaftService {
         let groups = self.groups.read().unwrap_or_else(|p| p.into_inner());
         groups.iter().map(|(g, r)| (*g, r.clone())).collect()
     }
+
+    /// Answer a [`RAFT_BATCH_METHOD`] call.
+    fn call_batch(&self, args: &[u8]) -> BoxFuture<'static, Result<Reply, WireError>> {
+        let routed = match self.route_batch(args) {
+            Ok(routed) => routed,
+            Err(e) => {
+                self.counts.refused.fetch_add(1, Ordering::Relaxed);
+                return Box::pin(async move { Err(e) });
+            }
+        };
+        let c = &self.counts;
+        let size = u64::try_from(routed.len()).unwrap_or(u64::MAX);
+        c.batches.fetch_add(1, Ordering::Relaxed);
+        c.appends.fetch_add(size, Ordering::Relaxed);
+        c.largest_batch.fetch_max(size, Ordering::Relaxed);
+        Box::pin(async move {
+            let answers = futures::future::join_all(routed.into_iter().map(|r| async move {
+                match r {
+                    Some((raft, rpc)) => BatchAnswer::Append(raft.append_entries(rpc).await),
+                    None => BatchAnswer::NotHosted,
+                }
+            }))
+            .await;
+            let payload = RaftBatchReply::new(answers)
+                .encode()
+                .map_err(|e| WireError::new(WireCode::Internal, format!("encode reply: {e}")))?;
+            Ok(Reply::payload(payload))
+        })
+    }
+
+    /// Each append of a batch with its group's handle (`None`: not
+    /// hosted here).
+    fn route_batch(&self, args: &[u8]) -> Result<Vec<Option<Routed>>, WireError> {
+        let batch = RaftBatch::decode(args)
+            .map_err(|e| WireError::new(WireCode::BadCall, e.to_string()))?;
+        if batch.appends.len() > MAX_BATCH {
+            return Err(WireError::new(
+                WireCode::BadCall,
+                format!(
+                    "a batch of {} appends (at most {MAX_BATCH})",
+                    batch.appends.len()
+                ),
+            ));
+        }
+        Ok(batch
+            .appends
+            .into_iter()
+            .map(|(group, rpc)| self.get(group).map(|raft| (raft, rpc)))
+            .collect())
+    }
 }
+
+/// A batched append and the handle of its group.
+type Routed = (PartitionRaft, AppendEntriesRequest<TypeConfig>);
 
 /// Hand `msg` to `raft`; its answer, errors included.
 async fn deliver(raft: PartitionRaft, msg: RaftMsg) -> RaftAnswer {
@@ -109,6 +185,10 @@ impl Handler for RaftService {
         args: Bytes,
         _body: BodyStream,
     ) -> BoxFuture<'static, Result<Reply, WireError>> {
+        self.counts.calls.fetch_add(1, Ordering::Relaxed);
+        if method == RAFT_BATCH_METHOD {
+            return self.call_batch(&args);
+        }
         // Decoding and the lookup happen before the future, so it holds a
         // handle of its own and no lock.
         let routed = route(self, &method, &args);
@@ -153,7 +233,8 @@ fn route(
     Ok((raft, req.msg))
 }
 
-/// One handler for a node's port: [`RAFT_METHOD`] calls go to `raft`,
+/// One handler for a node's port: [`RAFT_METHOD`] and [`RAFT_BATCH_METHOD`]
+/// calls go to `raft`,
 /// every other method to `rest` (the store node's own service).
 pub struct Split {
     /// Receives the Raft messages.
@@ -169,7 +250,7 @@ impl Handler for Split {
         args: Bytes,
         body: BodyStream,
     ) -> BoxFuture<'static, Result<Reply, WireError>> {
-        if method == RAFT_METHOD {
+        if method == RAFT_METHOD || method == RAFT_BATCH_METHOD {
             self.raft.call(method, args, body)
         } else {
             self.rest.call(method, args, body)
@@ -217,10 +298,48 @@ mod tests {
         assert_eq!(
             service.received(),
             Received {
+                calls: 3,
                 refused: 3,
                 ..Received::default()
             }
         );
+    }
+
+    fn heartbeat() -> AppendEntriesRequest<TypeConfig> {
+        AppendEntriesRequest {
+            vote: Vote::new_committed(1, 1),
+            prev_log_id: None,
+            entries: Vec::new(),
+            leader_commit: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_batch_answers_each_append_and_refuses_garbage_and_oversize() {
+        let service = RaftService::new();
+        let batch = RaftBatch::new(vec![(4, heartbeat()), (5, heartbeat())]);
+        let args = Bytes::from(batch.encode().expect("encode"));
+        let reply = service
+            .call(RAFT_BATCH_METHOD.into(), args, empty())
+            .await
+            .expect("a batch for unhosted groups is answered");
+        let reply = RaftBatchReply::decode(&reply.payload).expect("decode");
+        assert!(matches!(
+            reply.answers[..],
+            [BatchAnswer::NotHosted, BatchAnswer::NotHosted]
+        ));
+        let garbage = Bytes::from_static(&[WIRE_VERSION, 0xff]);
+        let bad = service
+            .call(RAFT_BATCH_METHOD.into(), garbage, empty())
+            .await;
+        assert!(matches!(bad, Err(e) if e.code == WireCode::BadCall));
+        let big = RaftBatch::new(vec![(4, heartbeat()); MAX_BATCH + 1]);
+        let args = Bytes::from(big.encode().expect("encode"));
+        let refused = service.call(RAFT_BATCH_METHOD.into(), args, empty()).await;
+        assert!(matches!(refused, Err(e) if e.code == WireCode::BadCall));
+        let received = service.received();
+        assert_eq!((received.batches, received.largest_batch), (1, 2));
+        assert_eq!((received.calls, received.refused), (3, 2));
     }
 
     #[tokio::test]
@@ -233,5 +352,9 @@ mod tests {
         assert!(matches!(rest, Ok(r) if &r.payload[..] == b"put"));
         let raft = split.call(RAFT_METHOD.into(), Bytes::new(), empty()).await;
         assert!(matches!(raft, Err(e) if e.code == WireCode::BadCall));
+        let batch = split
+            .call(RAFT_BATCH_METHOD.into(), Bytes::new(), empty())
+            .await;
+        assert!(matches!(batch, Err(e) if e.code == WireCode::BadCall));
     }
 }

@@ -14,6 +14,12 @@
 //! A reply carries the target Raft's own answer, error included, so the
 //! sender rebuilds openraft's `RemoteError` from it; failures of the
 //! transport itself never get this far (see [`super::peers`]).
+//!
+//! Appends that carry no entries (heartbeats, commit updates) of several
+//! groups travel together as one [`super::RAFT_BATCH_METHOD`] call: its
+//! argument frame is one [`RaftBatch`], its reply one [`RaftBatchReply`]
+//! with an answer per append, in order ([`super::batch`] says when they
+//! are gathered).
 
 use super::GroupId;
 use crate::types::{NodeId, TypeConfig};
@@ -67,6 +73,36 @@ pub enum RaftAnswer {
     Vote(Result<VoteResponse<NodeId>, RaftError<NodeId>>),
     /// To [`RaftMsg::Snapshot`].
     Snapshot(Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>),
+}
+
+/// The entry-less appends of several groups to one node, in one call.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct RaftBatch {
+    /// Format version ([`WIRE_VERSION`]).
+    pub version: u8,
+    /// Each append and the group it is for.
+    pub appends: Vec<(GroupId, AppendEntriesRequest<TypeConfig>)>,
+}
+
+/// The answers to a [`RaftBatch`], one per append, in its order.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct RaftBatchReply {
+    /// Format version ([`WIRE_VERSION`]).
+    pub version: u8,
+    /// The answers.
+    pub answers: Vec<BatchAnswer>,
+}
+
+/// One append's fate in a [`RaftBatch`]. (Not boxed: each answer is
+/// moved once, into its waiter.)
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Serialize, Deserialize)]
+pub enum BatchAnswer {
+    /// The group's Raft answered (its own error included).
+    Append(Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>>),
+    /// The group is not hosted on the node (not started, stopped, moved
+    /// away): what a lone call learns as `Unavailable`.
+    NotHosted,
 }
 
 /// Why a frame did not decode.
@@ -123,7 +159,49 @@ impl RaftReply {
     }
 }
 
-/// Both records begin with their version byte (bincode writes a `u8` as
+impl RaftBatch {
+    /// A batch of the current format.
+    pub fn new(appends: Vec<(GroupId, AppendEntriesRequest<TypeConfig>)>) -> RaftBatch {
+        RaftBatch {
+            version: WIRE_VERSION,
+            appends,
+        }
+    }
+
+    /// The bincode of this batch.
+    pub fn encode(&self) -> Result<Vec<u8>, bincode::Error> {
+        bincode::serialize(self)
+    }
+
+    /// A batch from its bincode, if its version is known.
+    pub fn decode(bytes: &[u8]) -> Result<RaftBatch, DecodeError> {
+        check_version(bytes)?;
+        Ok(bincode::deserialize(bytes)?)
+    }
+}
+
+impl RaftBatchReply {
+    /// A reply of the current format.
+    pub fn new(answers: Vec<BatchAnswer>) -> RaftBatchReply {
+        RaftBatchReply {
+            version: WIRE_VERSION,
+            answers,
+        }
+    }
+
+    /// The bincode of this reply.
+    pub fn encode(&self) -> Result<Vec<u8>, bincode::Error> {
+        bincode::serialize(self)
+    }
+
+    /// A reply from its bincode, if its version is known.
+    pub fn decode(bytes: &[u8]) -> Result<RaftBatchReply, DecodeError> {
+        check_version(bytes)?;
+        Ok(bincode::deserialize(bytes)?)
+    }
+}
+
+/// Every record begins with its version byte (bincode writes a `u8` as
 /// one byte), so it can be checked before the rest is decoded.
 fn check_version(bytes: &[u8]) -> Result<(), DecodeError> {
     match bytes.first() {
@@ -173,6 +251,27 @@ mod tests {
         let back = RaftRequest::decode(&req.encode().expect("encode")).expect("decode");
         assert!(matches!(back.msg, RaftMsg::Snapshot(s) if s.data == vec![1, 2, 3] && s.done));
 
+        let heartbeat = AppendEntriesRequest {
+            entries: Vec::new(),
+            ..append.clone()
+        };
+        let batch = RaftBatch::new(vec![(3, heartbeat.clone()), (u32::MAX, heartbeat)]);
+        let back = RaftBatch::decode(&batch.encode().expect("encode")).expect("decode");
+        let groups: Vec<GroupId> = back.appends.iter().map(|(g, _)| *g).collect();
+        assert_eq!(groups, vec![3, u32::MAX]);
+        let answers = RaftBatchReply::new(vec![
+            BatchAnswer::Append(Ok(AppendEntriesResponse::Success)),
+            BatchAnswer::NotHosted,
+        ]);
+        let back = RaftBatchReply::decode(&answers.encode().expect("encode")).expect("decode");
+        assert!(matches!(
+            back.answers[..],
+            [
+                BatchAnswer::Append(Ok(AppendEntriesResponse::Success)),
+                BatchAnswer::NotHosted
+            ]
+        ));
+
         let failed = RaftReply::new(RaftAnswer::Vote(Err(RaftError::Fatal(Fatal::Stopped))));
         let back = RaftReply::decode(&failed.encode().expect("encode")).expect("decode");
         assert!(matches!(
@@ -191,6 +290,13 @@ mod tests {
             RaftRequest::decode(&bytes),
             Err(DecodeError::Version(_))
         ));
+        let mut batch = RaftBatch::new(Vec::new()).encode().expect("encode");
+        batch[0] = WIRE_VERSION + 1;
+        assert!(matches!(
+            RaftBatch::decode(&batch),
+            Err(DecodeError::Version(_))
+        ));
+        assert!(RaftBatchReply::decode(&[WIRE_VERSION, 0xff]).is_err());
         assert!(RaftRequest::decode(&[WIRE_VERSION, 0xff, 0xff]).is_err());
         assert!(RaftReply::decode(&[]).is_err());
     }
