@@ -20,10 +20,11 @@
 //! to the recorded lengths ([`crate::snapshot_volumes`] says why that is
 //! safe); a receiver writes the segments' frames into its volumes as they
 //! arrive. Installing one checks the index stream, makes it the current
-//! snapshot, then replaces every row of the index with its rows in one
-//! batch; a machine opened after a crash between those two steps finds its
-//! index behind `current.snap` and installs it again (the volumes were
-//! synced before the rename).
+//! snapshot, then replaces every row of the index with its rows in
+//! batches of bounded size, the applied id last; a machine opened after a
+//! crash anywhere after the first step finds its index behind
+//! `current.snap` and installs it again (the volumes were synced before
+//! the rename).
 
 use crate::blocking::{ReplicaError, ReplicaResult, Work, blocking};
 use crate::snapshot::{SegmentExtent, StreamHead, StreamWriter, read_head, read_stream};
@@ -355,7 +356,9 @@ impl Shared {
     fn install(&self, received: Receiver, meta: &SnapshotMeta) -> ReplicaResult<()> {
         let Received { path, segments } = received.finish()?;
         let _held = self.lock.lock().unwrap_or_else(|p| p.into_inner());
-        let (found, rows) = read_rows(&path)?;
+        // A whole read first (rows dropped): the stream's checksum is at its
+        // end, and no row of a damaged stream may reach the index.
+        let found = read_stream(BufReader::new(File::open(&path)?), |_, _| {})?;
         if found.meta.last_log_id != meta.last_log_id
             || found.meta.last_membership != meta.last_membership
             || found.segments != segments
@@ -365,25 +368,37 @@ impl Shared {
             ));
         }
         self.make_current(&path)?;
-        self.replace_rows(rows, meta)
+        self.replace_rows(&self.current_path(), meta)
     }
 
-    /// One batch: every partition row removed, `rows` and `meta`'s applied
-    /// id and membership written; then synced.
-    fn replace_rows(&self, rows: WriteBatch, meta: &SnapshotMeta) -> ReplicaResult<()> {
-        let mut batch = WriteBatch::default();
-        for_each_index_page(self.index.as_ref(), |page| {
+    /// Every partition row removed, the rows of the (checked) stream in
+    /// `path` written, then `meta`'s applied id and membership; synced.
+    /// In batches of at most [`INSTALL_ROWS`] rows or [`INSTALL_BYTES`], so
+    /// an install's memory does not grow with the partition. Until the
+    /// last batch the applied id is the old one, behind `current.snap`: a
+    /// machine opened after a crash in between installs it again
+    /// ([`Shared::recover`]), and nothing reads a replica's index while it
+    /// installs (openraft's state machine calls are serial, and a read
+    /// needs an entry of the leader's term applied).
+    fn replace_rows(&self, path: &Path, meta: &SnapshotMeta) -> ReplicaResult<()> {
+        let index = self.index.as_ref();
+        for_each_index_page(index, |page| {
+            let mut batch = WriteBatch::default();
             page.iter().for_each(|(k, _)| batch.delete(k.clone()));
+            index.write(batch)?;
             Ok(())
         })?;
-        batch.ops.extend(rows.ops);
+        let mut rows = Batches::new(index);
+        read_stream(BufReader::new(File::open(path)?), |k, v| rows.put(k, v))?;
+        rows.finish()?;
+        let mut batch = WriteBatch::default();
         batch.put(APPLIED.to_vec(), bincode::serialize(&meta.last_log_id)?);
         batch.put(
             MEMBERSHIP.to_vec(),
             bincode::serialize(&meta.last_membership)?,
         );
-        self.index.write(batch)?;
-        self.index.sync()?;
+        index.write(batch)?;
+        index.sync()?;
         Ok(())
     }
 
@@ -396,8 +411,9 @@ impl Shared {
         if meta.last_log_id <= self.applied()? {
             return Ok(());
         }
-        let (_, rows) = read_rows(&self.current_path())?;
-        self.replace_rows(rows, &meta)
+        let path = self.current_path();
+        read_stream(BufReader::new(File::open(&path)?), |_, _| {})?;
+        self.replace_rows(&path, &meta)
     }
 
     /// A new file to receive a snapshot stream into.
@@ -407,8 +423,62 @@ impl Shared {
     }
 }
 
+/// Most rows, and bytes of rows, an install writes in one batch.
+const INSTALL_ROWS: usize = 16 * 1024;
+const INSTALL_BYTES: usize = 8 << 20;
+
+/// Rows put into an index in batches of bounded size; the first failed
+/// write stops the rest and is returned by [`Batches::finish`].
+struct Batches<'a> {
+    index: &'a dyn MetaIndex,
+    batch: WriteBatch,
+    bytes: usize,
+    failed: Option<laneway_store::StoreError>,
+}
+
+impl<'a> Batches<'a> {
+    fn new(index: &'a dyn MetaIndex) -> Batches<'a> {
+        Batches {
+            index,
+            batch: WriteBatch::default(),
+            bytes: 0,
+            failed: None,
+        }
+    }
+
+    fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
+        if self.failed.is_some() {
+            return;
+        }
+        self.bytes += key.len() + value.len();
+        self.batch.put(key, value);
+        if self.batch.ops.len() >= INSTALL_ROWS || self.bytes >= INSTALL_BYTES {
+            self.flush();
+        }
+    }
+
+    fn flush(&mut self) {
+        let batch = std::mem::take(&mut self.batch);
+        self.bytes = 0;
+        if let Err(e) = self.index.write(batch) {
+            self.failed = Some(e);
+        }
+    }
+
+    fn finish(mut self) -> ReplicaResult<()> {
+        if !self.batch.ops.is_empty() && self.failed.is_none() {
+            self.flush();
+        }
+        match self.failed {
+            Some(e) => Err(e.into()),
+            None => Ok(()),
+        }
+    }
+}
+
 /// The checked head and the rows (as one batch of puts) of the stream in
 /// file `path`.
+#[cfg(test)]
 fn read_rows(path: &Path) -> ReplicaResult<(StreamHead, WriteBatch)> {
     let mut rows = WriteBatch::default();
     let head = read_stream(BufReader::new(File::open(path)?), |k, v| rows.put(k, v))?;
@@ -613,5 +683,101 @@ mod tests {
             snap.meta.last_log_id
         );
         assert_eq!(b.index().get(b"k").expect("get"), Some(b"v".to_vec()));
+    }
+
+    /// Every partition row of `index`, in order.
+    fn rows_of(index: &dyn MetaIndex) -> Vec<Entry> {
+        let mut rows = Vec::new();
+        for_each_index_page(index, |page| {
+            rows.extend_from_slice(page);
+            Ok(())
+        })
+        .expect("scan");
+        rows
+    }
+
+    /// An entry at `index` putting `key(i)` = `value` for every `i` in `range`.
+    fn rows_entry(index: u64, range: std::ops::Range<usize>, value: &[u8]) -> LogEntry {
+        let mut batch = WriteBatch::default();
+        for i in range {
+            batch.put(format!("row/{i:06}").into_bytes(), value.to_vec());
+        }
+        LogEntry {
+            log_id: openraft::testing::log_id(1, 1, index),
+            payload: EntryPayload::Normal(Mutation::of_batch(&batch)),
+        }
+    }
+
+    #[tokio::test]
+    async fn an_install_of_many_batches_leaves_exactly_the_snapshots_rows_and_a_cut_one_ends_on_open()
+     {
+        let (a_dir, b_dir, c_dir) = (
+            tempfile::tempdir().expect("a"),
+            tempfile::tempdir().expect("b"),
+            tempfile::tempdir().expect("c"),
+        );
+        // Three install batches' worth of rows, and a tail of another entry.
+        let rows = 2 * INSTALL_ROWS + 100;
+        let mut a = machine(a_dir.path());
+        a.apply(vec![
+            rows_entry(1, 0..rows, b"new"),
+            put_entry(2, b"tail", b"t"),
+        ])
+        .await
+        .expect("apply");
+        let snap = a
+            .get_snapshot_builder()
+            .await
+            .build_snapshot()
+            .await
+            .expect("build");
+        let want = rows_of(a.index().as_ref());
+        assert_eq!(want.len(), rows + 1);
+
+        // b holds stale rows (overlapping keys, and keys the snapshot lacks).
+        let mut b = machine(b_dir.path());
+        b.apply(vec![rows_entry(1, rows / 2..rows + 500, b"stale")])
+            .await
+            .expect("apply");
+        let mut into = b.begin_receiving_snapshot().await.expect("receive");
+        let mut current = a
+            .get_current_snapshot()
+            .await
+            .expect("current")
+            .expect("a snapshot");
+        copy_stream(&mut current.snapshot, &mut into)
+            .await
+            .expect("copy");
+        b.install_snapshot(&snap.meta, into).await.expect("install");
+        assert_eq!(rows_of(b.index().as_ref()), want);
+        assert_eq!(
+            b.applied_state().await.expect("state").0,
+            snap.meta.last_log_id
+        );
+
+        // c was cut off after its first batches: the stream current, some
+        // rows written, stale ones left, the applied id the old one.
+        {
+            let mut c = machine(c_dir.path());
+            c.apply(vec![rows_entry(1, rows / 2..rows + 500, b"stale")])
+                .await
+                .expect("apply");
+            let mut half = WriteBatch::default();
+            for (k, v) in &want[..INSTALL_ROWS] {
+                half.put(k.clone(), v.clone());
+            }
+            c.index().write(half).expect("write");
+            std::fs::copy(
+                a_dir.path().join("snapshots").join(CURRENT),
+                c_dir.path().join("snapshots").join(CURRENT),
+            )
+            .expect("copy");
+        }
+        let mut c = machine(c_dir.path());
+        assert_eq!(rows_of(c.index().as_ref()), want);
+        assert_eq!(
+            c.applied_state().await.expect("state").0,
+            snap.meta.last_log_id
+        );
     }
 }
