@@ -658,15 +658,7 @@ mod tests {
             tempfile::tempdir().expect("b"),
         );
         let mut a = machine(a_dir.path());
-        a.apply(vec![put_entry(1, b"k", b"v")])
-            .await
-            .expect("apply");
-        let snap = a
-            .get_snapshot_builder()
-            .await
-            .build_snapshot()
-            .await
-            .expect("build");
+        let snap = applied_and_snapshotted(&mut a, vec![put_entry(1, b"k", b"v")]).await;
 
         // As if an install had made the stream current and stopped before
         // writing its rows.
@@ -683,6 +675,19 @@ mod tests {
             snap.meta.last_log_id
         );
         assert_eq!(b.index().get(b"k").expect("get"), Some(b"v".to_vec()));
+    }
+
+    /// Apply `entries` to `m`, then build its snapshot.
+    async fn applied_and_snapshotted(
+        m: &mut PartitionMachine,
+        entries: Vec<LogEntry>,
+    ) -> Snapshot<TypeConfig> {
+        m.apply(entries).await.expect("apply");
+        m.get_snapshot_builder()
+            .await
+            .build_snapshot()
+            .await
+            .expect("build")
     }
 
     /// Every partition row of `index`, in order.
@@ -719,18 +724,8 @@ mod tests {
         // Three install batches' worth of rows, and a tail of another entry.
         let rows = 2 * INSTALL_ROWS + 100;
         let mut a = machine(a_dir.path());
-        a.apply(vec![
-            rows_entry(1, 0..rows, b"new"),
-            put_entry(2, b"tail", b"t"),
-        ])
-        .await
-        .expect("apply");
-        let snap = a
-            .get_snapshot_builder()
-            .await
-            .build_snapshot()
-            .await
-            .expect("build");
+        let entries = vec![rows_entry(1, 0..rows, b"new"), put_entry(2, b"tail", b"t")];
+        let snap = applied_and_snapshotted(&mut a, entries).await;
         let want = rows_of(a.index().as_ref());
         assert_eq!(want.len(), rows + 1);
 
