@@ -11,6 +11,12 @@ use laneway_gateway::server::serve;
 use std::process::ExitCode;
 use tracing_subscriber::EnvFilter;
 
+/// mimalloc instead of glibc's malloc: per-request buffers and rows are
+/// allocated and freed on different threads all the time, where glibc's
+/// arenas spend their time consolidating (docs/benchmarks.md, "Allocator").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Default log filter: our own crates at info; s3s's per-request error
 /// logs (every 404 would be an ERROR line) are silenced, since the gateway
 /// logs what matters itself; the engines' per-tree chatter is kept to
