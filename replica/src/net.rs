@@ -66,6 +66,10 @@ pub const SNAPSHOT_CHUNK: u64 = 4 << 20;
 // Chunks start on snapshot frame boundaries (crate::snapshot_volumes).
 const _: () = assert!(SNAPSHOT_CHUNK.is_multiple_of(crate::snapshot_volumes::FRAME));
 
+/// How often a leader sends heartbeats (a group's own timer, or the
+/// node's [`HeartbeatTicker`]).
+pub const HEARTBEAT_INTERVAL_MS: u64 = 200;
+
 /// Most log entries sent in one append. An entry is one group-commit
 /// round of a partition (its index rows, small bodies inline), typically
 /// kilobytes; 128 of them fit a frame many times over. A batch that does
@@ -97,7 +101,7 @@ pub const MAX_PAYLOAD_ENTRIES: u64 = 128;
 pub fn group_config(name: &str) -> ReplicaResult<Arc<Config>> {
     let config = Config {
         cluster_name: name.to_string(),
-        heartbeat_interval: 200,
+        heartbeat_interval: HEARTBEAT_INTERVAL_MS,
         election_timeout_min: 650,
         election_timeout_max: 1300,
         install_snapshot_timeout: 20_000,

@@ -65,14 +65,11 @@ impl NodeReplication {
         let peers = Arc::new(Peers::new(Signer::new(secret)));
         let registry = Arc::clone(&service);
         let catalog = specs.catalog.clone();
-        let interval = crate::net::group_config("ticker")
-            .map_err(|e| SpecError(e.to_string()))?
-            .heartbeat_interval;
         let ticker = HeartbeatTicker::start(
             &handle,
             Arc::clone(&service),
             Arc::clone(&peers),
-            std::time::Duration::from_millis(interval),
+            std::time::Duration::from_millis(crate::net::HEARTBEAT_INTERVAL_MS),
         );
         let opener = RaftOpener {
             spec: Box::new(move |p| specs.of_partition(p)),

@@ -210,12 +210,11 @@ fn rf3(args: &Args, rt: &tokio::runtime::Runtime, ticked: bool) -> BenchResult<S
         let peers = Arc::new(Peers::new(signer()));
         services.push(Arc::clone(&service));
         if ticked {
-            let interval = laneway_replica::net::group_config("bench")?.heartbeat_interval;
             tickers.push(HeartbeatTicker::start(
                 rt.handle(),
                 Arc::clone(&service),
                 Arc::clone(&peers),
-                Duration::from_millis(interval),
+                Duration::from_millis(laneway_replica::net::HEARTBEAT_INTERVAL_MS),
             ));
         }
         let members = members.clone();

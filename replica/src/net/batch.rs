@@ -256,8 +256,63 @@ async fn call(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+    use laneway_store::rpc::Signer;
+    use openraft::Vote;
+
+    /// An entry-less append of term 1 (for this module's and the
+    /// service's tests).
+    pub(crate) fn heartbeat() -> AppendEntriesRequest<TypeConfig> {
+        AppendEntriesRequest {
+            vote: Vote::new_committed(1, 1),
+            prev_log_id: None,
+            entries: Vec::new(),
+            leader_commit: None,
+        }
+    }
+
+    /// A peer that accepts connections and then never reads or answers
+    /// (`hang`), or drops each one at once.
+    async fn bad_peer(hang: bool) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((sock, _)) = listener.accept().await {
+                if hang {
+                    held.push(sock);
+                }
+            }
+        });
+        addr
+    }
+
+    #[tokio::test]
+    async fn a_peer_that_never_answers_or_hangs_up_fails_each_append_by_its_deadline() {
+        for hang in [true, false] {
+            let client = Arc::new(RpcClient::new(bad_peer(hang).await, Signer::new(b"k")));
+            let batcher = Batcher::start(client, Arc::new(Round::default())).expect("in a runtime");
+            let ttl = Duration::from_millis(200);
+            // Several rounds, several appends each: none is stuck behind
+            // an earlier one, and the queue empties every time.
+            for _ in 0..3 {
+                let started = Instant::now();
+                let offers = (1..=4).map(|g| batcher.offer(g, heartbeat(), ttl));
+                for outcome in futures::future::join_all(offers).await {
+                    let outcome = outcome.map_err(|_| "went alone").expect("batched");
+                    assert!(outcome.is_err(), "hang {hang}: {outcome:?}");
+                }
+                assert!(
+                    started.elapsed() < ttl + ROUND_WINDOW + Duration::from_millis(500),
+                    "hang {hang}: answered by the deadline"
+                );
+                assert_eq!(batcher.queue.capacity(), QUEUE, "nothing left queued");
+            }
+        }
+    }
 
     #[test]
     fn a_round_holds_appends_only_while_open_and_never_past_one_window() {

@@ -125,10 +125,12 @@ impl RaftService {
             }
         };
         let c = &self.counts;
-        let size = u64::try_from(routed.len()).unwrap_or(u64::MAX);
+        let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+        let hosted = routed.iter().filter(|r| r.is_some()).count();
         c.batches.fetch_add(1, Ordering::Relaxed);
-        c.appends.fetch_add(size, Ordering::Relaxed);
-        c.largest_batch.fetch_max(size, Ordering::Relaxed);
+        c.appends.fetch_add(count(hosted), Ordering::Relaxed);
+        c.largest_batch
+            .fetch_max(count(routed.len()), Ordering::Relaxed);
         Box::pin(async move {
             let answers = futures::future::join_all(routed.into_iter().map(|r| async move {
                 match r {
@@ -261,6 +263,7 @@ impl Handler for Split {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::net::batch::tests::heartbeat;
     use crate::net::wire::WIRE_VERSION;
     use openraft::Vote;
     use openraft::raft::VoteRequest;
@@ -305,15 +308,6 @@ mod tests {
         );
     }
 
-    fn heartbeat() -> AppendEntriesRequest<TypeConfig> {
-        AppendEntriesRequest {
-            vote: Vote::new_committed(1, 1),
-            prev_log_id: None,
-            entries: Vec::new(),
-            leader_commit: None,
-        }
-    }
-
     #[tokio::test]
     async fn a_batch_answers_each_append_and_refuses_garbage_and_oversize() {
         let service = RaftService::new();
@@ -340,6 +334,7 @@ mod tests {
         let received = service.received();
         assert_eq!((received.batches, received.largest_batch), (1, 2));
         assert_eq!((received.calls, received.refused), (3, 2));
+        assert_eq!(received.appends, 0, "nothing reached a group");
     }
 
     #[tokio::test]
