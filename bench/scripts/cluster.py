@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Cluster benchmarks of docs/benchmarks.md ("Cluster"), in one run.
 
-    bench/scripts/cluster.py [compare|fairness|replicas|failover|catchup|move|all]
+    bench/scripts/cluster.py [compare|fairness|replicas|rf3put|failover|catchup|move|all]
 
 compare: `laneway serve` and a cluster of one gateway and three store
 nodes (`laneway gateway` + `laneway store`, loopback), each fresh in its
@@ -17,6 +17,9 @@ the same at RF 3 (every partition and the catalog a Raft group on all
 three nodes), measured as compare measures; then, at RF 3, the failover
 time: SIGKILL of the node leading the most groups under a PUT loop, and
 per key the time to its first acknowledged PUT.
+
+rf3put: at RF 3 only, ROUNDS runs of the durable PUT measurement on one
+cluster (LANEWAY_BIN names the laneway binary, to compare two builds).
 
 catchup: at RF 3, store-3 killed while CATCHUP_OBJECTS (default
 100000) 4 KiB objects are PUT, then started again: how long until every
@@ -71,7 +74,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.path.join(ROOT, "target", "release")
-LANEWAY = os.path.join(BIN, "laneway")
+LANEWAY = os.environ.get("LANEWAY_BIN", os.path.join(BIN, "laneway"))
 BENCH = os.path.join(BIN, "laneway-bench")
 DURATION = int(os.environ.get("DURATION", "10"))
 CONC = int(os.environ.get("CONC", "32"))
@@ -309,6 +312,33 @@ def replicas():
     print_compare(results, "cluster1", "rf3",
                   "RF 1 vs RF 3 (1 gateway + 3 store nodes), server side on one CPU")
     failover(cluster(PORT, 1, replicas=3))
+
+
+def rf3put(s):
+    """ROUNDS (default 3) runs of durable 4 KiB PUTs, CONC in flight, on
+    one RF 3 cluster once every group is healthy: per run the rate and
+    the server CPU per PUT by role, and how many groups each store node
+    leads. PERF=1 profiles the store nodes during the second run."""
+    try:
+        wait_groups(s.cluster_file)
+        leaders = {}
+        for g in status_json(s):
+            led = next((r["node"] for r in g["replicas"] if r["leader"]), None)
+            leaders[led] = leaders.get(led, 0) + 1
+        print(f"# groups led per node: {leaders}")
+        for run in range(int(os.environ.get("ROUNDS", "3"))):
+            perf = start_perf(s) if run == 1 else None
+            out, cpu, _ = bench(s, ["put", "--endpoint", s.s3[0], "--concurrency", str(CONC),
+                                    "--objects", "1000000", "--bucket", f"put{run}",
+                                    "--warmup", "0", "--duration", str(DURATION)], quiet=True)
+            ops, rate, p50 = summary_row(out, "put")
+            print(f"rf3 put run {run + 1}: {rate:.0f}/s, p50 {p50} ms; CPU per PUT: "
+                  f"{cpu_text(cpu, ops)}")
+            sys.stdout.flush()
+            if perf:
+                report_perf(s, perf)
+    finally:
+        s.close()
 
 
 def failover(s):
@@ -608,6 +638,8 @@ def main():
         fairness()
     if what in ("replicas", "all"):
         replicas()
+    if what == "rf3put":
+        rf3put(cluster(PORT, 1, replicas=3))
     if what == "failover":
         failover(cluster(PORT, 1, replicas=3))
     if what == "catchup":

@@ -26,6 +26,7 @@ use futures::future::BoxFuture;
 use laneway_store::error::{StoreError, StoreResult};
 use laneway_store::ids::PartitionId;
 use laneway_store::index::{Engine, MetaIndex, WriteBatch, open_index};
+use laneway_store::index_fjall::SharedFjall;
 use laneway_store::replication::{
     Group, GroupOpener, GroupStatus, MemberChange, VolumeWrite, segment_epoch,
 };
@@ -122,7 +123,8 @@ impl RaftGroup {
 
     /// The current term, if this replica leads; `NotLeader` otherwise.
     fn leading_term(&self) -> StoreResult<u64> {
-        let m = self.raft.metrics().borrow().clone();
+        let metrics = self.raft.metrics();
+        let m = metrics.borrow();
         if m.state == ServerState::Leader {
             Ok(m.current_term)
         } else {
@@ -307,14 +309,36 @@ impl Group for RaftGroup {
     }
 }
 
-/// Who a partition's group is made of, as this node sees it (the
-/// lowest-numbered member initializes a new group: [`launch`]).
+/// Who a partition's group is made of, as this node sees it, and which
+/// member initializes it when it is new ([`launch`]).
 #[derive(Clone, Debug)]
 pub struct GroupSpec {
     /// This node's Raft id.
     pub me: NodeId,
     /// Every voter of the group (this node included), with its address.
     pub members: BTreeMap<NodeId, BasicNode>,
+    /// The member that initializes a new group, and so leads it first
+    /// (`None`: the lowest-numbered). Every member must name the same one.
+    pub initializer: Option<NodeId>,
+}
+
+impl GroupSpec {
+    /// The member that initializes the group: [`GroupSpec::initializer`],
+    /// else the lowest-numbered.
+    pub fn first(&self) -> Option<NodeId> {
+        self.initializer
+            .or_else(|| self.members.keys().next().copied())
+    }
+}
+
+/// The member of `members` at position `n` (modulo their number) in id
+/// order: a node's partition groups take turns by partition number
+/// ([`crate::node`]), so new groups' first leaders spread over the nodes
+/// instead of all being the lowest-numbered one.
+pub fn turn_of(members: &BTreeMap<NodeId, BasicNode>, n: u64) -> Option<NodeId> {
+    let len = u64::try_from(members.len()).ok().filter(|l| *l > 0)?;
+    let at = usize::try_from(n % len).ok()?;
+    members.keys().nth(at).copied()
 }
 
 /// The partition id the catalog's group goes by in a [`RaftOpener`]'s
@@ -322,11 +346,13 @@ pub struct GroupSpec {
 /// [`crate::net::CATALOG_GROUP`], the same number).
 pub const CATALOG_PARTITION: PartitionId = PartitionId(crate::net::CATALOG_GROUP);
 
-/// Starts the group of each partition a store opens (its log in
-/// `<partition>/raft/log`, its state machine over the partition's own
-/// index and volumes), and the catalog's group where this node holds a
-/// replica of it (its log in `catalog-raft/log`, snapshots on: the
-/// catalog has no volumes, so its snapshots are whole).
+/// Starts the group of each partition a store opens (its state machine
+/// over the partition's own index and volumes), and the catalog's group
+/// where this node holds a replica of it (snapshots on: the catalog has
+/// no volumes, so its snapshots are whole). Each group's log is a keyspace
+/// of [`RaftOpener::logs`], or a database of its own in `<dir>/log`
+/// (`<partition>/raft/log`, `catalog-raft/log`) where one exists or the
+/// opener has no shared one ([`RaftOpener::open_log`]).
 pub struct RaftOpener<N> {
     /// The group's members, per partition.
     pub spec: Box<dyn Fn(PartitionId) -> GroupSpec + Send + Sync>,
@@ -346,6 +372,26 @@ pub struct RaftOpener<N> {
     /// Whether each group sends its own heartbeats; `false` when the node
     /// runs a [`crate::net::HeartbeatTicker`] for all of them.
     pub own_heartbeats: bool,
+    /// The node's log database, each group's log a keyspace of it (one
+    /// journal, so the appends of groups that sync together share one
+    /// fsync); `None`: every group keeps its log in a database of its own.
+    pub logs: Option<SharedFjall>,
+}
+
+/// The largest memtable of one group's log in the node's log database
+/// (a log holds only the entries since the last snapshot).
+pub const LOG_MEMTABLE_BYTES: u64 = 8 << 20;
+
+/// The block cache of a node's log database, shared by all its groups.
+pub const LOG_CACHE_BYTES: u64 = 16 << 20;
+
+/// The keyspace of group `id`'s log in a node's log database.
+fn log_keyspace(id: PartitionId) -> String {
+    if id == CATALOG_PARTITION {
+        "catalog".to_string()
+    } else {
+        id.to_string()
+    }
 }
 
 impl<N> GroupOpener for RaftOpener<N>
@@ -414,8 +460,21 @@ where
         Arc::new(config)
     }
 
-    /// Start this node's replica of the group `id` names: its log in
-    /// `dir/log`, its state machine over `index` (and `volumes`), its
+    /// Group `id`'s log: a keyspace of the node's log database, unless
+    /// `dir/log` holds a log of its own (a group started before the node
+    /// had one, or a node without one), which it keeps.
+    fn open_log(&self, id: PartitionId, dir: &Path) -> StoreResult<Arc<dyn MetaIndex>> {
+        let own = dir.join("log");
+        match &self.logs {
+            Some(shared) if !own.exists() => Ok(Arc::new(
+                shared.index(&log_keyspace(id), LOG_MEMTABLE_BYTES)?,
+            )),
+            _ => Ok(Arc::from(open_index(Engine::Fjall, &own)?)),
+        }
+    }
+
+    /// Start this node's replica of the group `id` names: its log
+    /// ([`RaftOpener::open_log`]), its state machine over `index` (and `volumes`), its
     /// transport recording the acknowledgements its reads' lease rests on.
     fn start(
         &self,
@@ -431,7 +490,7 @@ where
         } else {
             id.to_string()
         };
-        let log: Arc<dyn MetaIndex> = Arc::from(open_index(Engine::Fjall, &dir.join("log"))?);
+        let log = self.open_log(id, dir)?;
         let machine = PartitionMachine::open_with(index, volumes, &dir.join("snapshots"))
             .map_err(|e| StoreError::Engine(format!("{what} state machine: {e}")))?;
         let lease = Lease {
@@ -444,6 +503,7 @@ where
             .block_on(launch(
                 config,
                 spec.me,
+                spec.first(),
                 spec.members,
                 network,
                 LogStore::new(log),
@@ -457,10 +517,13 @@ where
 
 /// Create this node's replica `me` of a group, make it reachable
 /// (`reachable`, called before it may campaign, so its peers' answers
-/// find it), and initialize a new group with `members`.
+/// find it), and initialize a new group with `members` if `me` is its
+/// `initializer`.
 ///
 /// A new group is initialized (its first log entry, the membership, is
-/// written) by exactly one node: the lowest-numbered member, and only when
+/// written) by exactly one node: the initializer every member names (the
+/// lowest-numbered member, or for a store node's partitions the one
+/// whose turn the partition's number makes it: [`turn_of`]), and only when
 /// its log and vote are empty. Why that is safe: openraft's `initialize`
 /// refuses a node that has any log entry or has voted, and the other
 /// members never call it, so a group's first membership is proposed once,
@@ -487,9 +550,11 @@ where
 /// it back as a new replica through a membership change (remove, add as
 /// a learner, promote: `laneway cluster move-partition`,
 /// docs/replication.md).
+#[allow(clippy::too_many_arguments)]
 pub async fn launch<N>(
     config: Arc<openraft::Config>,
     me: NodeId,
+    initializer: Option<NodeId>,
     members: BTreeMap<NodeId, BasicNode>,
     network: N,
     log: LogStore,
@@ -503,7 +568,7 @@ where
         .await
         .map_err(|e| ReplicaError::Raft(e.to_string()))?;
     reachable(&raft);
-    if members.keys().next() == Some(&me)
+    if initializer == Some(me)
         && let Err(e) = initialize_after_grace(&raft, members).await
     {
         let _ = raft.shutdown().await;
@@ -560,15 +625,18 @@ async fn initialize_once(
     }
 }
 
-/// Tell `volumes` each term this replica starts leading.
+/// Tell `volumes` each term this replica starts leading. It watches
+/// openraft's server metrics, which change with the vote, the state and
+/// the membership only (not with every append and apply, as the whole
+/// metrics do).
 fn watch_leadership(handle: &Handle, raft: PartitionRaft, volumes: Arc<VolumeSet>) {
-    let mut rx = raft.metrics();
+    let mut rx = raft.server_metrics();
     handle.spawn(async move {
         let mut led = None;
         loop {
             let (state, term) = {
                 let m = rx.borrow_and_update();
-                (m.state, m.current_term)
+                (m.state, m.vote.leader_id.get_term())
             };
             if state == ServerState::Shutdown {
                 return;

@@ -19,7 +19,17 @@
 //! are acknowledged (an append's [`LogFlushed`] callback runs after the
 //! index's `sync()`). A purge is written without a sync: it is one atomic
 //! batch, so after a crash either it or the entries it removed are there,
-//! and both are consistent.
+//! and both are consistent. The committed id is only a hint (openraft
+//! re-applies up to it on a restart, and anything older is safe): it is
+//! kept in memory and written with the next batch the log writes anyway,
+//! instead of costing a write of its own at every commit.
+//!
+//! Reads: the newest entries stay in memory ([`Recent`], bounded by count
+//! and bytes), because nearly every read follows an append closely: the
+//! replication streams send what was just appended, and the state machine
+//! applies what was just committed. Those reads are answered from memory,
+//! without a trip to the blocking pool; older ranges are read from the
+//! index.
 
 use crate::blocking::{ReplicaResult, Work, blocking};
 use crate::types::{LogEntry, LogId, NodeId, StorageError, TypeConfig};
@@ -28,9 +38,10 @@ use openraft::storage::{LogFlushed, RaftLogStorage};
 use openraft::{LogState, OptionalSend, RaftLogReader, Vote};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use std::collections::VecDeque;
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 const VOTE: &[u8] = b"v";
 const COMMITTED: &[u8] = b"c";
@@ -40,18 +51,147 @@ const ENTRY_TAG: u8 = b'l';
 /// The first key after every entry row.
 const ENTRIES_END: &[u8] = b"m";
 
+/// Most entries [`Recent`] keeps.
+pub const RECENT_ENTRIES: usize = 256;
+/// Most bytes (roughly: rows and volume pieces) [`Recent`] keeps.
+pub const RECENT_BYTES: usize = 4 << 20;
+
 /// The Raft log of one partition group, on its own [`MetaIndex`]. Clones
-/// share the index (a clone is also the log reader openraft hands to its
-/// replication tasks).
+/// share the index and the in-memory part (a clone is also the log reader
+/// openraft hands to its replication tasks).
 #[derive(Clone)]
 pub struct LogStore {
     index: Arc<dyn MetaIndex>,
+    memory: Arc<Mutex<Memory>>,
+}
+
+/// What a log keeps in memory: its newest entries, and a committed id not
+/// written yet.
+#[derive(Default)]
+struct Memory {
+    recent: Recent,
+    /// The last committed id openraft reported, until a batch carries it.
+    unsaved_committed: Option<Option<LogId>>,
+}
+
+/// The newest entries of the log, in order and without gaps, ending at
+/// the log's last entry (or empty): at most [`RECENT_ENTRIES`] of them and
+/// about [`RECENT_BYTES`], the oldest dropped first.
+#[derive(Default)]
+pub struct Recent {
+    entries: VecDeque<LogEntry>,
+    bytes: usize,
+}
+
+impl Recent {
+    /// The index of the first entry kept, if any.
+    fn first(&self) -> Option<u64> {
+        self.entries.front().map(|e| e.log_id.index)
+    }
+
+    /// The entries with `start <= index < end` (`end` None: to the last),
+    /// if every one of them is kept.
+    pub fn range(&self, start: u64, end: Option<u64>) -> Option<Vec<LogEntry>> {
+        let first = self.first()?;
+        let tail = first + self.entries.len() as u64;
+        let end = end.unwrap_or(tail);
+        if end <= start {
+            return Some(Vec::new());
+        }
+        if start < first || end > tail {
+            return None;
+        }
+        let from = usize::try_from(start - first).ok()?;
+        let to = usize::try_from(end - first).ok()?;
+        Some(self.entries.range(from..to).cloned().collect())
+    }
+
+    /// `entries`, just written after the log's last entry. Entries that
+    /// do not follow the kept ones start the memory afresh.
+    pub fn appended(&mut self, entries: &[LogEntry]) {
+        for entry in entries {
+            let follows = self
+                .entries
+                .back()
+                .is_none_or(|b| b.log_id.index + 1 == entry.log_id.index);
+            if !follows {
+                self.clear();
+            }
+            self.bytes += weight(entry);
+            self.entries.push_back(entry.clone());
+        }
+        while self.entries.len() > RECENT_ENTRIES
+            || (self.bytes > RECENT_BYTES && self.entries.len() > 1)
+        {
+            self.pop_front();
+        }
+    }
+
+    /// Forget the entries from `since` on (a truncation).
+    pub fn truncated(&mut self, since: u64) {
+        while self.entries.back().is_some_and(|e| e.log_id.index >= since) {
+            if let Some(e) = self.entries.pop_back() {
+                self.bytes -= weight(&e);
+            }
+        }
+    }
+
+    /// Forget the entries up to and including `upto` (a purge).
+    pub fn purged(&mut self, upto: u64) {
+        while self.first().is_some_and(|f| f <= upto) {
+            self.pop_front();
+        }
+    }
+
+    fn pop_front(&mut self) {
+        if let Some(e) = self.entries.pop_front() {
+            self.bytes -= weight(&e);
+        }
+    }
+
+    fn clear(&mut self) {
+        self.entries.clear();
+        self.bytes = 0;
+    }
+}
+
+/// About how many bytes `entry` holds.
+fn weight(entry: &LogEntry) -> usize {
+    let payload = match &entry.payload {
+        openraft::EntryPayload::Normal(m) => {
+            let rows: usize = m
+                .batch
+                .ops
+                .iter()
+                .map(|op| match op {
+                    crate::types::OpWire::Put(k, v) => k.len() + v.len(),
+                    crate::types::OpWire::Delete(k) => k.len(),
+                })
+                .sum();
+            rows + m.data.iter().map(|p| p.bytes.len()).sum::<usize>()
+        }
+        _ => 0,
+    };
+    64 + payload
 }
 
 impl LogStore {
     /// A log kept in `index` (which holds nothing else).
     pub fn new(index: Arc<dyn MetaIndex>) -> LogStore {
-        LogStore { index }
+        LogStore {
+            index,
+            memory: Arc::default(),
+        }
+    }
+
+    fn memory(&self) -> MutexGuard<'_, Memory> {
+        self.memory.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The committed id waiting to be written, taken (it goes into the
+    /// next batch).
+    fn take_committed(&self) -> Option<Option<LogId>> {
+        self.memory().unsaved_committed.take()
     }
 
     /// Run `f` with this log's index on the blocking pool.
@@ -144,13 +284,26 @@ fn log_state(index: &dyn MetaIndex) -> ReplicaResult<LogState<TypeConfig>> {
     })
 }
 
-/// Write `entries` and their tail, durably.
-fn append_entries(index: &dyn MetaIndex, entries: Vec<LogEntry>) -> ReplicaResult<()> {
+/// A batch that starts with the committed id `committed`, if one waits.
+fn batch_with(committed: Option<Option<LogId>>) -> ReplicaResult<WriteBatch> {
+    let mut batch = WriteBatch::default();
+    if let Some(c) = committed {
+        put_value(&mut batch, COMMITTED, &c)?;
+    }
+    Ok(batch)
+}
+
+/// Write `entries` and their tail, durably (with `committed`, if any).
+fn append_entries(
+    index: &dyn MetaIndex,
+    entries: &[LogEntry],
+    committed: Option<Option<LogId>>,
+) -> ReplicaResult<()> {
     let Some(last) = entries.last().map(|e| e.log_id) else {
         return Ok(());
     };
-    let mut batch = WriteBatch::default();
-    for entry in &entries {
+    let mut batch = batch_with(committed)?;
+    for entry in entries {
         put_value(&mut batch, &entry_key(entry.log_id.index), entry)?;
     }
     put_value(&mut batch, TAIL, &last)?;
@@ -175,9 +328,14 @@ fn truncate_since(index: &dyn MetaIndex, since: u64) -> ReplicaResult<()> {
     commit(index, batch, true)
 }
 
-/// Remove the entries up to and including `upto` and record it as purged.
-fn purge_upto(index: &dyn MetaIndex, upto: LogId) -> ReplicaResult<()> {
-    let mut batch = WriteBatch::default();
+/// Remove the entries up to and including `upto` and record it as purged
+/// (with `committed`, if any).
+fn purge_upto(
+    index: &dyn MetaIndex,
+    upto: LogId,
+    committed: Option<Option<LogId>>,
+) -> ReplicaResult<()> {
+    let mut batch = batch_with(committed)?;
     for key in entry_keys(index, 0, upto.index.checked_add(1))? {
         batch.delete(key);
     }
@@ -203,6 +361,9 @@ impl RaftLogReader<TypeConfig> for LogStore {
         range: RB,
     ) -> Result<Vec<LogEntry>, StorageError> {
         let (start, end) = index_range(&range);
+        if let Some(kept) = self.memory().recent.range(start, end) {
+            return Ok(kept);
+        }
         self.with_index(Work::ReadLogs, move |ix| read_entries(ix, start, end))
             .await
     }
@@ -230,13 +391,14 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
-        self.with_index(Work::WriteLogs, move |ix| {
-            save_value(ix, COMMITTED, &committed, false)
-        })
-        .await
+        self.memory().unsaved_committed = Some(committed);
+        Ok(())
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
+        if let Some(c) = self.memory().unsaved_committed {
+            return Ok(c);
+        }
         self.with_index(Work::ReadLogs, |ix| {
             Ok(get_value::<Option<LogId>>(ix, COMMITTED)?.flatten())
         })
@@ -252,24 +414,43 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = LogEntry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let entries: Vec<LogEntry> = entries.into_iter().collect();
+        let entries: Arc<Vec<LogEntry>> = Arc::new(entries.into_iter().collect());
+        let committed = self.take_committed();
+        let written = Arc::clone(&entries);
         let done = self
-            .with_index(Work::WriteLogs, move |ix| append_entries(ix, entries))
+            .with_index(Work::WriteLogs, move |ix| {
+                append_entries(ix, &written, committed)
+            })
             .await;
         match &done {
-            Ok(()) => callback.log_io_completed(Ok(())),
-            Err(e) => callback.log_io_completed(Err(std::io::Error::other(e.to_string()))),
+            Ok(()) => {
+                self.memory().recent.appended(&entries);
+                callback.log_io_completed(Ok(()));
+            }
+            Err(e) => {
+                // What reached the index is unknown: read it from there.
+                self.memory().recent.clear();
+                callback.log_io_completed(Err(std::io::Error::other(e.to_string())));
+            }
         }
         done
     }
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
-        self.with_index(Work::WriteLogs, move |ix| truncate_since(ix, log_id.index))
-            .await
+        self.memory().recent.truncated(log_id.index);
+        let done = self
+            .with_index(Work::WriteLogs, move |ix| truncate_since(ix, log_id.index))
+            .await;
+        if done.is_err() {
+            self.memory().recent.clear();
+        }
+        done
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
-        self.with_index(Work::WriteLogs, move |ix| purge_upto(ix, log_id))
+        self.memory().recent.purged(log_id.index);
+        let committed = self.take_committed();
+        self.with_index(Work::WriteLogs, move |ix| purge_upto(ix, log_id, committed))
             .await
     }
 }
@@ -282,6 +463,87 @@ mod tests {
     fn entry_keys_sort_in_log_order() {
         assert!(entry_key(255) < entry_key(256));
         assert!(entry_key(u64::MAX) < ENTRIES_END.to_vec());
+    }
+
+    fn entry(index: u64, body: usize) -> LogEntry {
+        let mut batch = WriteBatch::default();
+        batch.put(b"k".to_vec(), vec![7; body]);
+        LogEntry {
+            log_id: LogId::new(openraft::CommittedLeaderId::new(1, 1), index),
+            payload: openraft::EntryPayload::Normal(crate::types::Mutation::of_batch(&batch)),
+        }
+    }
+
+    fn indexes(entries: Option<Vec<LogEntry>>) -> Option<Vec<u64>> {
+        entries.map(|e| e.iter().map(|e| e.log_id.index).collect())
+    }
+
+    #[test]
+    fn recent_entries_are_a_bounded_gapless_tail() {
+        let mut recent = Recent::default();
+        assert_eq!(indexes(recent.range(1, Some(2))), None, "nothing kept");
+        let all: Vec<LogEntry> = (1..=300).map(|i| entry(i, 10)).collect();
+        recent.appended(&all);
+        assert_eq!(recent.entries.len(), RECENT_ENTRIES);
+        assert_eq!(indexes(recent.range(44, Some(46))), None, "evicted");
+        assert_eq!(indexes(recent.range(45, Some(48))), Some(vec![45, 46, 47]));
+        assert_eq!(indexes(recent.range(300, None)), Some(vec![300]));
+        assert_eq!(indexes(recent.range(299, Some(302))), None, "past the tail");
+        assert_eq!(indexes(recent.range(10, Some(10))), Some(vec![]));
+
+        recent.truncated(290);
+        assert_eq!(indexes(recent.range(288, None)), Some(vec![288, 289]));
+        assert_eq!(indexes(recent.range(290, Some(291))), None);
+        recent.appended(&[entry(290, 10)]);
+        assert_eq!(indexes(recent.range(289, None)), Some(vec![289, 290]));
+
+        // An append that does not follow the kept entries replaces them.
+        recent.appended(&[entry(400, 10)]);
+        assert_eq!(indexes(recent.range(290, Some(291))), None);
+        assert_eq!(indexes(recent.range(400, None)), Some(vec![400]));
+        recent.purged(400);
+        assert_eq!(recent.entries.len(), 0);
+        assert_eq!(recent.bytes, 0);
+    }
+
+    #[test]
+    fn recent_entries_stay_within_their_bytes() {
+        let mut recent = Recent::default();
+        let big: Vec<LogEntry> = (1..=10).map(|i| entry(i, 1 << 20)).collect();
+        recent.appended(&big);
+        assert!(recent.bytes <= RECENT_BYTES, "{} bytes kept", recent.bytes);
+        assert_eq!(indexes(recent.range(10, None)), Some(vec![10]));
+        // One entry larger than the bound is still kept (the newest).
+        recent.appended(&[entry(11, RECENT_BYTES + 1)]);
+        assert_eq!(indexes(recent.range(11, None)), Some(vec![11]));
+        assert_eq!(recent.entries.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_committed_id_waits_for_the_next_batch_the_log_writes() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let index: Arc<dyn MetaIndex> = Arc::from(
+            laneway_store::index::open_index(laneway_store::Engine::Fjall, dir.path())
+                .expect("open"),
+        );
+        let mut log = LogStore::new(Arc::clone(&index));
+        let id = |i| LogId::new(openraft::CommittedLeaderId::new(1, 1), i);
+        log.save_committed(Some(id(5))).await.expect("save");
+        assert_eq!(log.read_committed().await.expect("read"), Some(id(5)));
+        assert_eq!(
+            LogStore::new(Arc::clone(&index))
+                .read_committed()
+                .await
+                .expect("read"),
+            None,
+            "not written yet"
+        );
+        log.purge(id(2)).await.expect("purge");
+        assert_eq!(
+            LogStore::new(index).read_committed().await.expect("read"),
+            Some(id(5)),
+            "written with the purge"
+        );
     }
 
     #[test]

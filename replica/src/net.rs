@@ -139,8 +139,8 @@ pub async fn start_group(
 
 /// Start this node's replica `me` of `group` on `log` and `machine`,
 /// reachable through `service` and talking through `peers`; the group's
-/// voters are `members` (with their RPC addresses). Who initializes a new
-/// group, and why that is safe: [`crate::group::launch`].
+/// voters are `members` (with their RPC addresses). The lowest-numbered
+/// initializes a new group; why that is safe: [`crate::group::launch`].
 #[allow(clippy::too_many_arguments)]
 pub async fn start_group_with(
     config: Arc<Config>,
@@ -153,7 +153,8 @@ pub async fn start_group_with(
     service: &RaftService,
 ) -> ReplicaResult<PartitionRaft> {
     let network = RpcNetwork::new(group, peers);
-    let started = crate::group::launch(config, me, members, network, log, machine, |raft| {
+    let first = members.keys().next().copied();
+    let started = crate::group::launch(config, me, first, members, network, log, machine, |raft| {
         // Reachable before it may campaign, so its peers' answers find it.
         service.register(group, raft.clone());
     })

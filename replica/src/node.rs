@@ -13,7 +13,9 @@
 //! on one port ([`crate::net::Split`]). Its groups send no heartbeats of
 //! their own: the node's [`HeartbeatTicker`] triggers those of every
 //! group it leads at once, and they travel as one call per peer
-//! ([`crate::net::batch`]).
+//! ([`crate::net::batch`]). Their logs are keyspaces of one database in
+//! the data directory ([`LOG_DIR`]), so appends of several groups that
+//! sync together share one fsync.
 //!
 //! Members are a node's Raft id ([`NodeId::raft_id`]) with its RPC address
 //! from the cluster file. The map is read once, at start: changing who
@@ -21,16 +23,21 @@
 //! yet, docs/replication.md), never an edit of the file under a running
 //! cluster.
 
-use crate::group::{GroupSpec, RaftOpener};
+use crate::group::{GroupSpec, LOG_CACHE_BYTES, RaftOpener, turn_of};
 use crate::net::{HeartbeatTicker, Peers, RaftService, RpcNetwork};
 use laneway_store::cluster::{ClusterFile, NodeId};
 use laneway_store::ids::PartitionId;
+use laneway_store::index_fjall::SharedFjall;
 use laneway_store::replication::Replication;
 use laneway_store::rpc::Signer;
 use openraft::BasicNode;
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::Arc;
 use tokio::runtime::Handle;
+
+/// The directory of a node's Raft log database, in its data directory.
+pub const LOG_DIR: &str = "raft-log";
 
 /// The replication of one store node.
 pub struct NodeReplication {
@@ -52,15 +59,19 @@ impl NodeReplication {
     /// The replication of node `me` of the cluster `file` describes, its
     /// messages signed with the cluster `secret`, its groups run on
     /// `handle`, a partition's group snapshotting every
-    /// `snapshot_entries` log entries.
+    /// `snapshot_entries` log entries, the groups' logs in one database
+    /// in `data_dir/raft-log` ([`RaftOpener::logs`]).
     pub fn new(
         file: &ClusterFile,
         me: &NodeId,
         secret: &[u8],
         handle: Handle,
         snapshot_entries: u64,
+        data_dir: &Path,
     ) -> Result<NodeReplication, SpecError> {
         let specs = Specs::of(file, me)?;
+        let logs = SharedFjall::open(&data_dir.join(LOG_DIR), LOG_CACHE_BYTES)
+            .map_err(|e| SpecError(format!("the node's Raft log database: {e}")))?;
         let service = Arc::new(RaftService::new());
         let peers = Arc::new(Peers::new(Signer::new(secret)));
         let registry = Arc::clone(&service);
@@ -81,6 +92,7 @@ impl NodeReplication {
             handle,
             snapshot_entries,
             own_heartbeats: false,
+            logs: Some(logs),
         };
         Ok(NodeReplication {
             service,
@@ -109,6 +121,7 @@ impl Specs {
         let catalog = Some(GroupSpec {
             me: me.raft_id(),
             members: members(file, map.catalog())?,
+            initializer: None,
         });
         Ok(Specs {
             me: me.raft_id(),
@@ -127,6 +140,7 @@ impl Specs {
             .unwrap_or_default();
         GroupSpec {
             me: self.me,
+            initializer: turn_of(&members, u64::from(p.0)),
             members,
         }
     }
@@ -154,6 +168,7 @@ fn members(file: &ClusterFile, nodes: &[NodeId]) -> Result<BTreeMap<u64, BasicNo
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeSet;
     use std::path::Path;
 
     const FILE: &str = r#"
@@ -222,5 +237,33 @@ partitions = [["a", "b", "c"], ["b", "c", "d"]]
         let catalog = specs.catalog.expect("a holds a catalog replica");
         assert_eq!(catalog.members.len(), 3);
         assert!(catalog.members.contains_key(&node("a").raft_id()));
+    }
+
+    #[test]
+    fn new_partition_groups_take_turns_at_initializing_and_every_node_agrees() {
+        let file = ClusterFile::parse(Path::new("/x/cluster.toml"), FILE).expect("parse");
+        let views: Vec<Specs> = ["a", "b", "c", "d"]
+            .iter()
+            .map(|n| Specs::of(&file, &node(n)).expect("specs"))
+            .collect();
+        for p in [PartitionId(0), PartitionId(1)] {
+            let firsts: BTreeSet<Option<u64>> =
+                views.iter().map(|v| v.of_partition(p).first()).collect();
+            assert_eq!(firsts.len(), 1, "{p}: every node names one initializer");
+            let first = firsts.into_iter().next().flatten().expect("an initializer");
+            assert!(views[0].of_partition(p).members.contains_key(&first));
+        }
+        // Three groups on the same three nodes start led by three nodes.
+        let mut members = BTreeMap::new();
+        for n in ["a", "b", "c"] {
+            members.insert(node(n).raft_id(), BasicNode::new(n));
+        }
+        let turns: BTreeSet<u64> = (0..3).filter_map(|p| turn_of(&members, p)).collect();
+        assert_eq!(turns.len(), 3);
+        assert_eq!(turn_of(&members, 4), turn_of(&members, 1));
+        assert_eq!(turn_of(&BTreeMap::new(), 0), None);
+        // The catalog keeps the lowest-numbered member.
+        let catalog = views[0].catalog.as_ref().expect("catalog");
+        assert_eq!(catalog.first(), catalog.members.keys().next().copied());
     }
 }

@@ -298,3 +298,54 @@ async fn compact_log(leader: &Replica, last: u64) {
 fn snapshot_file(dir: &Path) -> PathBuf {
     dir.join("snapshots").join("current.snap")
 }
+
+/// What a crash can do to a replica since applies are not synced (the
+/// machine's module doc, "Durability"): its index comes back at an older
+/// applied id, without the rows applied after it. Restarted, it applies
+/// those entries again from its log and ends with every acknowledged
+/// write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_index_that_lost_its_newest_applies_applies_them_again_from_the_log() {
+    use openraft::RaftLogReader;
+    let mut cluster = Cluster::start().await;
+    let mut acked = BTreeMap::new();
+    let half = put_many(&cluster, &mut acked, 0..10).await;
+    let last = put_many(&cluster, &mut acked, 10..20).await;
+    let leader = cluster.leader().await;
+    let follower = *cluster
+        .running
+        .keys()
+        .find(|id| **id != leader)
+        .expect("a follower");
+    cluster.applied(follower, last).await;
+    cluster.stop_node(follower).await;
+
+    // The crash: the index as it was when `half` was the last apply.
+    {
+        let (mut log, machine) = open_group(&cluster.dir(follower), Engine::Fjall).expect("open");
+        let at_half = log
+            .try_get_log_entries(half..=half)
+            .await
+            .expect("read the log")
+            .pop()
+            .expect("the entry at half")
+            .log_id;
+        let mut batch = WriteBatch::default();
+        let applied = bincode::serialize(&Some(at_half)).expect("encode");
+        batch.put(laneway_replica::machine::APPLIED.to_vec(), applied);
+        for i in 10..20 {
+            batch.delete(format!("okey-{i:04}").into_bytes());
+        }
+        machine.index().write(batch).expect("roll back");
+        machine.index().sync().expect("sync");
+        assert_eq!(
+            machine.index().get(b"okey-0015").expect("get"),
+            None,
+            "the rolled-back index lacks the later rows"
+        );
+    }
+
+    cluster.start_node(follower).await;
+    cluster.applied(follower, last).await;
+    assert_has(cluster.node(follower), &acked);
+}

@@ -13,6 +13,7 @@ use laneway_replica::group::{GroupSpec, RaftOpener};
 use laneway_replica::memnet::Router;
 use laneway_replica::types::NodeId;
 use laneway_store::ids::PartitionId;
+use laneway_store::index_fjall::SharedFjall;
 use laneway_store::replication::Replication;
 use laneway_store::{BodyStream, BucketInfo, PutOptions, Store, StoreConfig, StoreError, TenantId};
 use openraft::BasicNode;
@@ -199,12 +200,20 @@ fn open_store(
         spec: Box::new(move |_| GroupSpec {
             me,
             members: members(),
+            initializer: None,
         }),
         network: Box::new(move |p: PartitionId| net[p.0 as usize].clone()),
         started: Box::new(move |p: PartitionId, raft| started[p.0 as usize].add(me, raft)),
         handle,
         snapshot_entries: laneway_replica::group::SNAPSHOT_ENTRIES,
         own_heartbeats: true,
+        logs: Some(
+            SharedFjall::open(
+                &dir.join("raft-log"),
+                laneway_replica::group::LOG_CACHE_BYTES,
+            )
+            .expect("open the node's log database"),
+        ),
     };
     let cfg = StoreConfig {
         partitions: Some(PARTITIONS),

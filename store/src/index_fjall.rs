@@ -15,6 +15,14 @@
 //!
 //! Memory is kept modest because many partition indexes share one process:
 //! each gets its share of the data dir's budget ([`IndexMemory`]).
+//!
+//! Syncs are group commits ([`SyncGate`]): a sync that finds every write
+//! before it already covered by a sync that started after that write
+//! returns without an fsync of its own. That matters where several
+//! writers share one database: a [`SharedFjall`] holds the indexes of
+//! many owners (a store node's Raft logs, one keyspace per group) in one
+//! journal, so the appends of groups that sync at the same moment share
+//! one fsync instead of paying one each.
 
 use crate::error::{StoreError, StoreResult};
 use crate::index::{
@@ -23,6 +31,8 @@ use crate::index::{
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode, Readable};
 use std::collections::HashSet;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// Journal size that forces memtable flushes (fjall's minimum).
 const MAX_JOURNAL_BYTES: u64 = 64 * 1024 * 1024;
@@ -30,10 +40,106 @@ const MAX_JOURNAL_BYTES: u64 = 64 * 1024 * 1024;
 /// The one keyspace an index uses.
 const KEYSPACE: &str = "meta";
 
-/// A metadata index stored in one fjall database directory.
+/// A metadata index stored in a fjall database directory: the one
+/// keyspace of its own database, or one of a [`SharedFjall`]'s.
 pub struct FjallIndex {
     db: Database,
     keyspace: Keyspace,
+    gate: Arc<SyncGate>,
+}
+
+/// Group commit of a database's syncs: counts the writes, and lets a sync
+/// skip its fsync when one that began after its last write has ended.
+#[derive(Debug)]
+pub struct SyncGate {
+    /// Writes that have returned (starts at one, so the first sync after
+    /// opening always persists).
+    written: AtomicU64,
+    /// How many writes the last finished persist covered; held across
+    /// the persist, so syncs queue behind one another and find out here
+    /// whether the one before covered them.
+    synced: Mutex<u64>,
+}
+
+impl Default for SyncGate {
+    fn default() -> Self {
+        SyncGate {
+            written: AtomicU64::new(1),
+            synced: Mutex::new(0),
+        }
+    }
+}
+
+impl SyncGate {
+    /// Note a write that has returned.
+    pub fn wrote(&self) {
+        self.written.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Make every write that returned before this call durable: by
+    /// `persist`, unless a persist that began after them has finished.
+    pub fn sync(&self, persist: impl FnOnce() -> StoreResult<()>) -> StoreResult<()> {
+        let mine = self.written.load(Ordering::SeqCst);
+        let mut synced = self.synced.lock().unwrap_or_else(|p| p.into_inner());
+        if *synced >= mine {
+            return Ok(());
+        }
+        // Writes counted here returned before the persist begins, so it
+        // covers them: the ones that arrived while this sync queued ride
+        // along.
+        let covers = self.written.load(Ordering::SeqCst);
+        persist()?;
+        *synced = covers;
+        Ok(())
+    }
+}
+
+/// One fjall database shared by many indexes, each a keyspace of it, with
+/// one journal and one [`SyncGate`] (a store node's Raft logs: module doc).
+#[derive(Clone)]
+pub struct SharedFjall {
+    db: Database,
+    gate: Arc<SyncGate>,
+}
+
+impl SharedFjall {
+    /// Open (creating if needed) the shared database in directory `path`
+    /// with a block cache of `cache_bytes`.
+    pub fn open(path: &Path, cache_bytes: u64) -> StoreResult<SharedFjall> {
+        let db = Database::builder(path)
+            .cache_size(cache_bytes)
+            .max_journaling_size(MAX_JOURNAL_BYTES)
+            .open()
+            .map_err(engine_err)?;
+        Ok(SharedFjall {
+            db,
+            gate: Arc::default(),
+        })
+    }
+
+    /// The index kept in keyspace `name` (created if missing; fjall takes
+    /// ASCII letters, digits, `_` and `-`), its memtables at most
+    /// `memtable_bytes`.
+    pub fn index(&self, name: &str, memtable_bytes: u64) -> StoreResult<FjallIndex> {
+        let keyspace = self
+            .db
+            .keyspace(name, || {
+                KeyspaceCreateOptions::default().max_memtable_size(memtable_bytes)
+            })
+            .map_err(engine_err)?;
+        let index = FjallIndex {
+            db: self.db.clone(),
+            keyspace,
+            gate: Arc::clone(&self.gate),
+        };
+        index.sync()?;
+        Ok(index)
+    }
+
+    /// Whether keyspace `name` exists.
+    pub fn has(&self, name: &str) -> bool {
+        self.db.keyspace_exists(name)
+    }
 }
 
 impl FjallIndex {
@@ -56,7 +162,11 @@ impl FjallIndex {
                 KeyspaceCreateOptions::default().max_memtable_size(mem.memtable_bytes)
             })
             .map_err(engine_err)?;
-        let index = FjallIndex { db, keyspace };
+        let index = FjallIndex {
+            db,
+            keyspace,
+            gate: Arc::default(),
+        };
         index.sync()?;
         Ok(index)
     }
@@ -151,11 +261,14 @@ impl MetaIndex for FjallIndex {
                 BatchOp::Delete(k) => fjall_batch.remove(&self.keyspace, k),
             }
         }
-        fjall_batch.commit().map_err(engine_err)
+        fjall_batch.commit().map_err(engine_err)?;
+        self.gate.wrote();
+        Ok(())
     }
 
     fn sync(&self) -> StoreResult<()> {
-        self.db.persist(PersistMode::SyncAll).map_err(engine_err)
+        self.gate
+            .sync(|| self.db.persist(PersistMode::SyncAll).map_err(engine_err))
     }
 
     fn ingest(&self, rows: &mut dyn Iterator<Item = Entry>) -> StoreResult<()> {
@@ -168,7 +281,9 @@ impl MetaIndex for FjallIndex {
             check_ascending(&mut last, &k)?;
             ingestion.write(k, v).map_err(engine_err)?;
         }
-        ingestion.finish().map_err(engine_err)
+        ingestion.finish().map_err(engine_err)?;
+        self.gate.wrote();
+        Ok(())
     }
 
     fn read_view(&self) -> Option<Box<dyn crate::index::ReadView>> {
@@ -219,4 +334,122 @@ fn op_key(op: &BatchOp) -> &[u8] {
 
 fn engine_err(e: fjall::Error) -> StoreError {
     StoreError::Engine(format!("fjall: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    #[test]
+    fn a_sync_persists_only_writes_no_earlier_persist_covered() {
+        let gate = SyncGate::default();
+        let persists = AtomicUsize::new(0);
+        let persist = || {
+            persists.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        };
+        gate.sync(persist).expect("sync");
+        assert_eq!(
+            persists.load(Ordering::SeqCst),
+            1,
+            "the first sync persists"
+        );
+        gate.sync(persist).expect("sync");
+        assert_eq!(
+            persists.load(Ordering::SeqCst),
+            1,
+            "nothing new: no persist"
+        );
+        gate.wrote();
+        gate.sync(persist).expect("sync");
+        assert_eq!(
+            persists.load(Ordering::SeqCst),
+            2,
+            "a new write is persisted"
+        );
+    }
+
+    #[test]
+    fn a_failed_persist_covers_nothing() {
+        let gate = SyncGate::default();
+        gate.wrote();
+        let failed = gate.sync(|| Err(StoreError::Engine("disk".into())));
+        assert!(failed.is_err());
+        let persists = AtomicUsize::new(0);
+        gate.sync(|| {
+            persists.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        })
+        .expect("sync");
+        assert_eq!(
+            persists.load(Ordering::SeqCst),
+            1,
+            "the write is persisted again"
+        );
+    }
+
+    #[test]
+    fn concurrent_syncs_share_persists_and_each_write_is_covered() {
+        let gate = Arc::new(SyncGate::default());
+        let persisted_upto = Arc::new(AtomicU64::new(0));
+        let persists = Arc::new(AtomicUsize::new(0));
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let (gate, upto, persists) = (
+                    Arc::clone(&gate),
+                    Arc::clone(&persisted_upto),
+                    Arc::clone(&persists),
+                );
+                std::thread::spawn(move || {
+                    for _ in 0..50 {
+                        gate.wrote();
+                        let mine = gate.written.load(Ordering::SeqCst);
+                        gate.sync(|| {
+                            persists.fetch_add(1, Ordering::SeqCst);
+                            std::thread::sleep(std::time::Duration::from_micros(200));
+                            upto.fetch_max(gate.written.load(Ordering::SeqCst), Ordering::SeqCst);
+                            Ok(())
+                        })
+                        .expect("sync");
+                        // What this thread wrote was counted before a
+                        // persist that has finished.
+                        assert!(*gate.synced.lock().expect("lock") >= mine);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().expect("thread");
+        }
+        assert!(persists.load(Ordering::SeqCst) <= 400);
+    }
+
+    #[test]
+    fn indexes_of_a_shared_database_keep_their_own_rows_across_a_reopen() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        {
+            let shared = SharedFjall::open(dir.path(), 1 << 20).expect("open");
+            let (a, b) = (
+                shared.index("p0000", 1 << 20).expect("a"),
+                shared.index("catalog", 1 << 20).expect("b"),
+            );
+            let mut batch = WriteBatch::default();
+            batch.put(b"k".to_vec(), b"in a".to_vec());
+            a.write(batch).expect("write a");
+            let mut batch = WriteBatch::default();
+            batch.put(b"k".to_vec(), b"in b".to_vec());
+            batch.put(b"only-b".to_vec(), b"1".to_vec());
+            b.write(batch).expect("write b");
+            a.sync().expect("sync");
+            assert_eq!(a.scan(b"", b"", 10).expect("scan").len(), 1);
+        }
+        let shared = SharedFjall::open(dir.path(), 1 << 20).expect("reopen");
+        assert!(shared.has("p0000") && shared.has("catalog") && !shared.has("p0001"));
+        let a = shared.index("p0000", 1 << 20).expect("a");
+        let b = shared.index("catalog", 1 << 20).expect("b");
+        assert_eq!(a.get(b"k").expect("get"), Some(b"in a".to_vec()));
+        assert_eq!(b.get(b"k").expect("get"), Some(b"in b".to_vec()));
+        assert_eq!(a.get(b"only-b").expect("get"), None);
+    }
 }

@@ -22,6 +22,9 @@
 //! whose heartbeats travel as one batch call per peer; for each, the Raft
 //! calls and appends the three nodes received per second and the
 //! process's CPU per second.
+//!
+//! `--logs own` gives every RF 3 group a log database of its own instead
+//! of one per node (`shared`, what store nodes run).
 
 use bytes::Bytes;
 use clap::Parser;
@@ -31,6 +34,7 @@ use laneway_replica::group::{GroupSpec, RaftOpener};
 use laneway_replica::net::{HeartbeatTicker, Peers, RaftService, RpcNetwork};
 use laneway_replica::types::NodeId;
 use laneway_store::ids::PartitionId;
+use laneway_store::index_fjall::SharedFjall;
 use laneway_store::replication::Replication;
 use laneway_store::rpc::{RpcServer, ServerOptions, Signer};
 use laneway_store::{BodyStream, BucketInfo, PutOptions, Store, StoreConfig, TenantId};
@@ -64,6 +68,10 @@ struct Args {
     /// Seconds of each idle measurement.
     #[arg(long, default_value_t = 10)]
     idle_secs: u64,
+    /// Where RF 3 groups keep their logs: `shared` (one database per
+    /// node, as store nodes do) or `own` (a database per group).
+    #[arg(long, default_value = "shared")]
+    logs: String,
 }
 
 /// Where each partition's calls go.
@@ -218,11 +226,21 @@ fn rf3(args: &Args, rt: &tokio::runtime::Runtime, ticked: bool) -> BenchResult<S
             ));
         }
         let members = members.clone();
+        let dir = tempfile::tempdir()?;
+        let logs = match args.logs.as_str() {
+            "shared" => Some(SharedFjall::open(
+                &dir.path().join("raft-log"),
+                laneway_replica::group::LOG_CACHE_BYTES,
+            )?),
+            "own" => None,
+            other => return Err(format!("--logs: {other:?} is neither shared nor own").into()),
+        };
         let opener = RaftOpener {
             catalog: None,
             spec: Box::new(move |_| GroupSpec {
                 me,
                 members: members.clone(),
+                initializer: None,
             }),
             network: Box::new(move |p: PartitionId| RpcNetwork::new(p.0, Arc::clone(&peers))),
             started: Box::new(move |p: PartitionId, raft| {
@@ -231,8 +249,8 @@ fn rf3(args: &Args, rt: &tokio::runtime::Runtime, ticked: bool) -> BenchResult<S
             handle: rt.handle().clone(),
             snapshot_entries: laneway_replica::group::SNAPSHOT_ENTRIES,
             own_heartbeats: !ticked,
+            logs,
         };
-        let dir = tempfile::tempdir()?;
         let cfg = StoreConfig {
             partitions: Some(args.partitions),
             groups: Some(Replication(Arc::new(opener))),

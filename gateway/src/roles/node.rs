@@ -110,7 +110,7 @@ pub async fn run(args: StoreArgs) -> Result<(), NodeError> {
             addr: args.listen.clone(),
             source,
         })?;
-    let replication = replication_of(&file, &node, &secret, args.raft_snapshot_entries)?;
+    let replication = replication_of(&file, &node, &secret, &args)?;
     let groups = replication.as_ref().map(|r| r.opener.clone());
     let store = open_store(&args, &map_source, &node, groups).await?;
     start_compactor(&store, replication.is_some());
@@ -158,13 +158,14 @@ fn replication_of(
     file: &laneway_store::cluster::ClusterFile,
     node: &NodeId,
     secret: &[u8],
-    snapshot_entries: u64,
+    args: &StoreArgs,
 ) -> Result<Option<NodeReplication>, NodeError> {
     if file.replicas <= 1 {
         return Ok(None);
     }
     let handle = tokio::runtime::Handle::current();
-    NodeReplication::new(file, node, secret, handle, snapshot_entries)
+    let snapshot_entries = args.raft_snapshot_entries;
+    NodeReplication::new(file, node, secret, handle, snapshot_entries, &args.data_dir)
         .map(Some)
         .map_err(cfg_err)
 }
