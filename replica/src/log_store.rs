@@ -89,12 +89,13 @@ impl Recent {
         self.entries.front().map(|e| e.log_id.index)
     }
 
-    /// The entries with `start <= index < end` (`end` None: to the last),
-    /// if every one of them is kept.
+    /// The entries with `start <= index < end`, if every one of them is
+    /// kept. A range without an end is never answered here: only the
+    /// index knows for certain where the log ends.
     pub fn range(&self, start: u64, end: Option<u64>) -> Option<Vec<LogEntry>> {
+        let end = end?;
         let first = self.first()?;
         let tail = first + self.entries.len() as u64;
-        let end = end.unwrap_or(tail);
         if end <= start {
             return Some(Vec::new());
         }
@@ -487,20 +488,25 @@ mod tests {
         assert_eq!(recent.entries.len(), RECENT_ENTRIES);
         assert_eq!(indexes(recent.range(44, Some(46))), None, "evicted");
         assert_eq!(indexes(recent.range(45, Some(48))), Some(vec![45, 46, 47]));
-        assert_eq!(indexes(recent.range(300, None)), Some(vec![300]));
+        assert_eq!(indexes(recent.range(300, Some(301))), Some(vec![300]));
+        assert_eq!(
+            indexes(recent.range(300, None)),
+            None,
+            "only bounded ranges"
+        );
         assert_eq!(indexes(recent.range(299, Some(302))), None, "past the tail");
         assert_eq!(indexes(recent.range(10, Some(10))), Some(vec![]));
 
         recent.truncated(290);
-        assert_eq!(indexes(recent.range(288, None)), Some(vec![288, 289]));
+        assert_eq!(indexes(recent.range(288, Some(290))), Some(vec![288, 289]));
         assert_eq!(indexes(recent.range(290, Some(291))), None);
         recent.appended(&[entry(290, 10)]);
-        assert_eq!(indexes(recent.range(289, None)), Some(vec![289, 290]));
+        assert_eq!(indexes(recent.range(289, Some(291))), Some(vec![289, 290]));
 
         // An append that does not follow the kept entries replaces them.
         recent.appended(&[entry(400, 10)]);
         assert_eq!(indexes(recent.range(290, Some(291))), None);
-        assert_eq!(indexes(recent.range(400, None)), Some(vec![400]));
+        assert_eq!(indexes(recent.range(400, Some(401))), Some(vec![400]));
         recent.purged(400);
         assert_eq!(recent.entries.len(), 0);
         assert_eq!(recent.bytes, 0);
@@ -512,10 +518,10 @@ mod tests {
         let big: Vec<LogEntry> = (1..=10).map(|i| entry(i, 1 << 20)).collect();
         recent.appended(&big);
         assert!(recent.bytes <= RECENT_BYTES, "{} bytes kept", recent.bytes);
-        assert_eq!(indexes(recent.range(10, None)), Some(vec![10]));
+        assert_eq!(indexes(recent.range(10, Some(11))), Some(vec![10]));
         // One entry larger than the bound is still kept (the newest).
         recent.appended(&[entry(11, RECENT_BYTES + 1)]);
-        assert_eq!(indexes(recent.range(11, None)), Some(vec![11]));
+        assert_eq!(indexes(recent.range(11, Some(12))), Some(vec![11]));
         assert_eq!(recent.entries.len(), 1);
     }
 
