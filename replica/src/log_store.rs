@@ -27,9 +27,9 @@
 //! Reads: the newest entries stay in memory ([`Recent`], bounded by count
 //! and bytes), because nearly every read follows an append closely: the
 //! replication streams send what was just appended, and the state machine
-//! applies what was just committed. Those reads are answered from memory,
-//! without a trip to the blocking pool; older ranges are read from the
-//! index.
+//! applies what was just committed. Those reads (ranges with an end, all
+//! of it kept) are answered from memory, without a trip to the blocking
+//! pool; other ranges are read from the index.
 
 use crate::blocking::{ReplicaResult, Work, blocking};
 use crate::types::{LogEntry, LogId, NodeId, StorageError, TypeConfig};
