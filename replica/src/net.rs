@@ -17,8 +17,9 @@
 //! - [`group_config`] and [`start_group`]: the settings of a group and
 //!   its start, initialising a new group exactly once.
 //!
-//! - [`batch`]: the entry-less appends (heartbeats, commit updates) of
-//!   every group to one peer, gathered into one [`RAFT_BATCH_METHOD`] call.
+//! - [`batch`]: the appends (heartbeats, commit updates, rounds of
+//!   entries) of every group to one peer, gathered into
+//!   [`RAFT_BATCH_METHOD`] calls.
 //! - [`HeartbeatTicker`]: one heartbeat timer per node for all the groups
 //!   it leads, instead of one per group, opening the round in which their
 //!   heartbeats are gathered.
@@ -33,6 +34,7 @@ pub mod peers;
 pub mod service;
 pub mod wire;
 
+pub use batch::Batching;
 pub use heartbeat::{HeartbeatTicker, ticked_config};
 pub use peers::{Connection, Peers, RpcNetwork};
 pub use service::{RaftService, Received, Split};
@@ -48,8 +50,8 @@ use std::sync::Arc;
 /// names of ASCII letters, digits and `_`).
 pub const RAFT_METHOD: &str = "raft";
 
-/// The RPC method that carries a batch of entry-less appends of several
-/// groups ([`batch`]).
+/// The RPC method that carries a batch of appends of several groups
+/// ([`batch`]).
 pub const RAFT_BATCH_METHOD: &str = "raft_batch";
 
 /// A group's id: a partition's group id is its partition number.

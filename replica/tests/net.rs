@@ -328,6 +328,47 @@ async fn every_group_elects_and_replicates_over_the_rpc() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rounds_of_many_groups_share_calls_and_a_large_round_goes_alone() {
+    let cluster = Cluster::start().await;
+    let batched = |c: &Cluster| -> u64 {
+        c.running
+            .values()
+            .map(|n| n.service.received().batched_with_entries)
+            .sum()
+    };
+    // Writers on every group at once, four per group: appends with
+    // entries reach each follower while a call to it is out, and wait to
+    // leave together.
+    let writers = GROUPS.iter().flat_map(|&group| {
+        let cluster = &cluster;
+        (0..4u32).map(move |w| async move {
+            let mut acked = Acked::new();
+            let last = write_many(cluster, &mut acked, group, w * 100..w * 100 + 15, 16).await;
+            (group, last, acked)
+        })
+    });
+    let mut acked = Acked::new();
+    let mut last = BTreeMap::new();
+    for (group, index, mine) in futures::future::join_all(writers).await {
+        let top = last.entry(group).or_insert(0);
+        *top = index.max(*top);
+        acked
+            .entry(group)
+            .or_default()
+            .extend(mine.into_values().flatten());
+    }
+    assert_replicated(&cluster, &acked, &last).await;
+    let before = batched(&cluster);
+    assert!(before > 0, "no append with entries travelled in a batch");
+
+    // A round of 300 KiB is above what a batch takes: it goes alone, and
+    // arrives all the same.
+    let index = write_many(&cluster, &mut acked, 2, 1000..1001, 100 << 10).await;
+    assert_replicated(&cluster, &acked, &BTreeMap::from([(2, index)])).await;
+    assert_eq!(batched(&cluster), before, "the large round went alone");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_survive_a_leaders_stop_and_the_restarted_node_catches_up() {
     let mut cluster = Cluster::start().await;
     let mut acked = Acked::new();

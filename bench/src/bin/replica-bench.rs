@@ -24,14 +24,17 @@
 //! process's CPU per second.
 //!
 //! `--logs own` gives every RF 3 group a log database of its own instead
-//! of one per node (`shared`, what store nodes run).
+//! of one per node (`shared`, what store nodes run). `--batches
+//! heartbeats` gathers only entry-less appends into a peer's batch calls,
+//! as nodes did before rounds of entries joined them (`all`, with
+//! `--in-flight` calls out per peer).
 
 use bytes::Bytes;
 use clap::Parser;
 use futures::StreamExt;
 use laneway_bench::cpu::cpu_seconds;
 use laneway_replica::group::{GroupSpec, RaftOpener};
-use laneway_replica::net::{HeartbeatTicker, Peers, RaftService, RpcNetwork};
+use laneway_replica::net::{Batching, HeartbeatTicker, Peers, RaftService, RpcNetwork};
 use laneway_replica::types::NodeId;
 use laneway_store::ids::PartitionId;
 use laneway_store::index_fjall::SharedFjall;
@@ -72,6 +75,26 @@ struct Args {
     /// node, as store nodes do) or `own` (a database per group).
     #[arg(long, default_value = "shared")]
     logs: String,
+    /// Which appends RF 3 nodes gather into one call per peer: `all`
+    /// (rounds of entries too, one call in flight per peer, as store
+    /// nodes do) or `heartbeats` (entry-less appends only, as before).
+    #[arg(long, default_value = "all")]
+    batches: String,
+    /// Batch calls in flight per peer, with `--batches all`.
+    #[arg(long, default_value_t = laneway_replica::net::batch::IN_FLIGHT)]
+    in_flight: usize,
+}
+
+/// The batching `--batches` and `--in-flight` ask for.
+fn batching(args: &Args) -> BenchResult<Batching> {
+    match args.batches.as_str() {
+        "all" => Ok(Batching {
+            entries: true,
+            in_flight: args.in_flight,
+        }),
+        "heartbeats" => Ok(Batching::HEARTBEATS_ONLY),
+        other => Err(format!("--batches: {other:?} is neither all nor heartbeats").into()),
+    }
 }
 
 /// Where each partition's calls go.
@@ -111,8 +134,14 @@ fn main() -> BenchResult<()> {
         .enable_all()
         .build()?;
     println!(
-        "replica-bench: {} objects of {} B, {} in flight, {} partitions; CPU is this whole process",
-        args.objects, args.size, args.concurrency, args.partitions
+        "replica-bench: {} objects of {} B, {} in flight, {} partitions, logs {}, batches {} ({} in flight); CPU is this whole process",
+        args.objects,
+        args.size,
+        args.concurrency,
+        args.partitions,
+        args.logs,
+        args.batches,
+        args.in_flight
     );
     if args.mode == "idle" {
         for ticked in [false, true] {
@@ -215,7 +244,7 @@ fn rf3(args: &Args, rt: &tokio::runtime::Runtime, ticked: bool) -> BenchResult<S
             signer(),
             ServerOptions::default(),
         )?);
-        let peers = Arc::new(Peers::new(signer()));
+        let peers = Arc::new(Peers::with_batching(signer(), batching(args)?));
         services.push(Arc::clone(&service));
         if ticked {
             tickers.push(HeartbeatTicker::start(
@@ -303,20 +332,42 @@ fn measure(
     let bucket = buckets[0].clone();
     let body = Bytes::from(vec![0x5au8; args.size]);
     for phase in ["put", "get"] {
+        let raft0 = raft_counts(setup);
         let cpu0 = cpu_seconds(None)?;
         let t0 = Instant::now();
         rt.block_on(run_phase(phase, args, setup, &bucket, &body))?;
         let wall = t0.elapsed().as_secs_f64();
         let cpu = cpu_seconds(None)? - cpu0;
+        let raft = raft_counts(setup);
         let n = args.objects as f64;
+        let per_op = |now: u64, then: u64| (now - then) as f64 / n;
+        let raft_text = if setup.services.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; per op {:.2} raft calls carrying {:.2} appends, {:.2} of them with entries in batches",
+                per_op(raft.0, raft0.0),
+                per_op(raft.1, raft0.1),
+                per_op(raft.2, raft0.2)
+            )
+        };
         println!(
-            "{mode} {phase}: {:.0} ops/s ({:.2} s), {:.0} us CPU/op",
+            "{mode} {phase}: {:.0} ops/s ({:.2} s), {:.0} us CPU/op{raft_text}",
             n / wall,
             wall,
             cpu / n * 1e6
         );
     }
     Ok(())
+}
+
+/// Raft calls, appends and batched appends with entries the RF 3 nodes
+/// received so far (zeros at RF 1).
+fn raft_counts(setup: &Setup) -> (u64, u64, u64) {
+    setup.services.iter().fold((0, 0, 0), |(c, a, e), svc| {
+        let r = svc.received();
+        (c + r.calls, a + r.appends, e + r.batched_with_entries)
+    })
 }
 
 async fn run_phase(

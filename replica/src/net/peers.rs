@@ -17,11 +17,12 @@
 //! or an undecodable answer is a `Network` error (retried at the next
 //! tick); the target Raft's own refusal is a `RemoteError`.
 //!
-//! Appends without entries (heartbeats, commit updates) of all groups
-//! go to a peer through its [`Batcher`], which sends what is queued as
-//! one call ([`super::batch`]).
+//! Appends of all groups (heartbeats, commit updates, and rounds of
+//! entries up to a size) go to a peer through its [`Batcher`], which
+//! sends what is queued as one call ([`super::batch`]); votes, snapshot
+//! chunks and large appends go alone.
 
-use super::batch::{Batcher, Round};
+use super::batch::{Batcher, Batching, Round};
 use super::wire::{BatchAnswer, RaftAnswer, RaftMsg, RaftReply, RaftRequest};
 use super::{GroupId, RAFT_METHOD};
 use crate::types::{NodeId, TypeConfig};
@@ -49,6 +50,8 @@ pub struct Peers {
     clients: Mutex<HashMap<NodeId, Peer>>,
     /// The heartbeat round every batcher of this node holds appends for.
     round: Arc<Round>,
+    /// What the batchers gather.
+    batching: Batching,
 }
 
 /// What this node keeps of one peer.
@@ -62,10 +65,16 @@ impl Peers {
     /// No clients yet; they are made on first use, signing with `signer`
     /// (the cluster secret).
     pub fn new(signer: Signer) -> Peers {
+        Peers::with_batching(signer, Batching::default())
+    }
+
+    /// As [`Peers::new`], with batchers gathering as `batching` says.
+    pub fn with_batching(signer: Signer, batching: Batching) -> Peers {
         Peers {
             signer,
             clients: Mutex::new(HashMap::new()),
             round: Arc::new(Round::default()),
+            batching,
         }
     }
 
@@ -83,8 +92,9 @@ impl Peers {
             Some(peer) if peer.addr == addr => (Arc::clone(&peer.client), peer.batcher.clone()),
             _ => {
                 let client = Arc::new(RpcClient::new(addr, self.signer.clone()));
+                let round = Arc::clone(&self.round);
                 let batcher =
-                    Batcher::start(Arc::clone(&client), Arc::clone(&self.round)).map(Arc::new);
+                    Batcher::start(Arc::clone(&client), round, self.batching).map(Arc::new);
                 let peer = Peer {
                     addr: addr.to_string(),
                     client: Arc::clone(&client),
@@ -96,7 +106,7 @@ impl Peers {
         }
     }
 
-    /// Open a heartbeat round: entry-less appends reaching a batcher in
+    /// Open a heartbeat round: appends reaching a batcher in
     /// the next `window` leave together when it ends ([`super::batch`]).
     pub fn open_round(&self, window: std::time::Duration) {
         self.round.open(window);
@@ -153,7 +163,7 @@ pub struct Connection {
     group: GroupId,
     target: NodeId,
     client: Arc<RpcClient>,
-    /// Where its entry-less appends go (`None` outside a runtime).
+    /// Where its appends go (`None` outside a runtime).
     batcher: Option<Arc<Batcher>>,
 }
 
@@ -221,8 +231,8 @@ impl Connection {
         Ok(reply.answer)
     }
 
-    /// Send an entry-less `rpc` through the peer's batcher; `Err(rpc)`
-    /// when it must go alone.
+    /// Send `rpc` through the peer's batcher; `Err(rpc)` when it must go
+    /// alone.
     async fn batched(
         &self,
         rpc: AppendEntriesRequest<TypeConfig>,
@@ -234,6 +244,11 @@ impl Connection {
         let outcome = batcher.offer(self.group, rpc, option.hard_ttl()).await?;
         Ok(match outcome {
             Ok(BatchAnswer::Append(answer)) => answer.map_err(|e| self.remote(e)),
+            Ok(BatchAnswer::Late) => Err(Failure::Network(format!(
+                "raft group {} on node {} did not answer within its batch's wait",
+                self.group, self.target
+            ))
+            .into_rpc()),
             Ok(BatchAnswer::NotHosted) => Err(Failure::Unreachable(format!(
                 "raft group {} is not hosted on node {}",
                 self.group, self.target

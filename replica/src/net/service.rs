@@ -7,17 +7,21 @@
 //! as an unreachable target and backs off from; an undecodable message is
 //! `BadCall`. The group's own errors travel inside the reply.
 //!
-//! A [`RAFT_BATCH_METHOD`] call carries entry-less appends of several
-//! groups: each is handed to its group at once (the groups answer
-//! concurrently, so a slow one delays only the call's reply, not the
-//! others' work), and the reply holds an answer per append, `NotHosted`
-//! for a group not hosted here.
+//! A [`RAFT_BATCH_METHOD`] call carries appends of several groups: each
+//! is handed to its group at once (the groups answer concurrently, so a
+//! slow one delays only the call's reply, not the others' work), and the
+//! reply holds an answer per append, `NotHosted` for a group not hosted
+//! here. The reply waits for its slowest append at most
+//! [`BATCH_ANSWER_WITHIN`]: a group stuck on this node answers `Late`,
+//! and the other groups' answers reach their leaders before the
+//! leaders' deadline, so one group cannot stall the replication of every
+//! group its leader shares with this node.
 
 use super::batch::MAX_BATCH;
 use super::wire::{
     BatchAnswer, RaftAnswer, RaftBatch, RaftBatchReply, RaftMsg, RaftReply, RaftRequest,
 };
-use super::{GroupId, RAFT_BATCH_METHOD, RAFT_METHOD};
+use super::{GroupId, HEARTBEAT_INTERVAL_MS, RAFT_BATCH_METHOD, RAFT_METHOD};
 use crate::types::{PartitionRaft, TypeConfig};
 use bytes::Bytes;
 use futures::future::BoxFuture;
@@ -27,6 +31,7 @@ use openraft::raft::AppendEntriesRequest;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 /// The groups this node hosts, by id, reachable by their peers.
 #[derive(Default)]
@@ -47,6 +52,7 @@ struct Counts {
     refused: AtomicU64,
     batches: AtomicU64,
     largest_batch: AtomicU64,
+    batched_with_entries: AtomicU64,
 }
 
 /// What a [`RaftService`] has received, for metrics and tests.
@@ -67,6 +73,8 @@ pub struct Received {
     pub batches: u64,
     /// The most appends one batch call carried.
     pub largest_batch: u64,
+    /// Appends carrying entries that arrived in batch calls.
+    pub batched_with_entries: u64,
 }
 
 impl RaftService {
@@ -106,6 +114,7 @@ impl RaftService {
             refused: c.refused.load(Ordering::Relaxed),
             batches: c.batches.load(Ordering::Relaxed),
             largest_batch: c.largest_batch.load(Ordering::Relaxed),
+            batched_with_entries: c.batched_with_entries.load(Ordering::Relaxed),
         }
     }
 
@@ -127,18 +136,24 @@ impl RaftService {
         let c = &self.counts;
         let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
         let hosted = routed.iter().filter(|r| r.is_some()).count();
+        let with_entries = routed
+            .iter()
+            .filter(|r| r.as_ref().is_some_and(|(_, rpc)| !rpc.entries.is_empty()))
+            .count();
+        c.batched_with_entries
+            .fetch_add(count(with_entries), Ordering::Relaxed);
         c.batches.fetch_add(1, Ordering::Relaxed);
         c.appends.fetch_add(count(hosted), Ordering::Relaxed);
         c.largest_batch
             .fetch_max(count(routed.len()), Ordering::Relaxed);
         Box::pin(async move {
-            let answers = futures::future::join_all(routed.into_iter().map(|r| async move {
+            let appends = routed.into_iter().map(|r| async move {
                 match r {
                     Some((raft, rpc)) => BatchAnswer::Append(raft.append_entries(rpc).await),
                     None => BatchAnswer::NotHosted,
                 }
-            }))
-            .await;
+            });
+            let answers = answers_within(appends, BATCH_ANSWER_WITHIN).await;
             let payload = RaftBatchReply::new(answers)
                 .encode()
                 .map_err(|e| WireError::new(WireCode::Internal, format!("encode reply: {e}")))?;
@@ -166,6 +181,30 @@ impl RaftService {
             .map(|(group, rpc)| self.get(group).map(|raft| (raft, rpc)))
             .collect())
     }
+}
+
+/// How long a batch call's reply waits for its slowest append: three
+/// quarters of the heartbeat interval, which is the sender's deadline
+/// for an append, so the answers that did come reach it in time.
+pub const BATCH_ANSWER_WITHIN: Duration = Duration::from_millis(HEARTBEAT_INTERVAL_MS * 3 / 4);
+
+/// The answers of `appends`, in order, each [`BatchAnswer::Late`] if it
+/// had none `within` of the call. An abandoned append may still reach
+/// its group; openraft accepts a repeated append.
+async fn answers_within<F>(
+    appends: impl IntoIterator<Item = F>,
+    within: Duration,
+) -> Vec<BatchAnswer>
+where
+    F: std::future::Future<Output = BatchAnswer>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    let bounded = appends.into_iter().map(|append| async move {
+        tokio::time::timeout_at(deadline, append)
+            .await
+            .unwrap_or(BatchAnswer::Late)
+    });
+    futures::future::join_all(bounded).await
 }
 
 /// A batched append and the handle of its group.
@@ -335,6 +374,37 @@ mod tests {
         assert_eq!((received.batches, received.largest_batch), (1, 2));
         assert_eq!((received.calls, received.refused), (3, 2));
         assert_eq!(received.appends, 0, "nothing reached a group");
+    }
+
+    #[tokio::test]
+    async fn a_batch_reply_waits_for_its_slowest_append_only_so_long() {
+        let ready = |a: BatchAnswer| -> BoxFuture<'static, BatchAnswer> { Box::pin(async { a }) };
+        let stuck: BoxFuture<'static, BatchAnswer> = Box::pin(futures::future::pending());
+        let slow: BoxFuture<'static, BatchAnswer> = Box::pin(async {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            BatchAnswer::NotHosted
+        });
+        let started = tokio::time::Instant::now();
+        let answers = answers_within(
+            vec![ready(BatchAnswer::NotHosted), stuck, slow],
+            BATCH_ANSWER_WITHIN,
+        )
+        .await;
+        assert!(matches!(
+            answers[..],
+            [
+                BatchAnswer::NotHosted,
+                BatchAnswer::Late,
+                BatchAnswer::NotHosted
+            ]
+        ));
+        let waited = started.elapsed();
+        assert!(waited >= BATCH_ANSWER_WITHIN, "{waited:?}");
+        assert!(
+            waited < BATCH_ANSWER_WITHIN + Duration::from_secs(2),
+            "{waited:?}"
+        );
+        assert!(BATCH_ANSWER_WITHIN < Duration::from_millis(HEARTBEAT_INTERVAL_MS));
     }
 
     #[tokio::test]

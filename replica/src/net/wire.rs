@@ -15,11 +15,11 @@
 //! sender rebuilds openraft's `RemoteError` from it; failures of the
 //! transport itself never get this far (see [`super::peers`]).
 //!
-//! Appends that carry no entries (heartbeats, commit updates) of several
-//! groups travel together as one [`super::RAFT_BATCH_METHOD`] call: its
-//! argument frame is one [`RaftBatch`], its reply one [`RaftBatchReply`]
-//! with an answer per append, in order ([`super::batch`] says when they
-//! are gathered).
+//! Appends of several groups (heartbeats, commit updates, and rounds of
+//! entries up to a size) travel together as one
+//! [`super::RAFT_BATCH_METHOD`] call: its argument frame is one
+//! [`RaftBatch`], its reply one [`RaftBatchReply`] with an answer per
+//! append, in order ([`super::batch`] says which are gathered and when).
 
 use super::GroupId;
 use crate::types::{NodeId, TypeConfig};
@@ -75,7 +75,7 @@ pub enum RaftAnswer {
     Snapshot(Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>),
 }
 
-/// The entry-less appends of several groups to one node, in one call.
+/// The appends of several groups to one node, in one call.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct RaftBatch {
     /// Format version ([`WIRE_VERSION`]).
@@ -103,6 +103,10 @@ pub enum BatchAnswer {
     /// The group is not hosted on the node (not started, stopped, moved
     /// away): what a lone call learns as `Unavailable`.
     NotHosted,
+    /// The group did not answer within the receiver's wait for a batch
+    /// ([`super::service::BATCH_ANSWER_WITHIN`]), so the others' answers
+    /// were sent without it; the sender tries the append again.
+    Late,
 }
 
 /// Why a frame did not decode.
@@ -171,6 +175,32 @@ impl RaftBatch {
     /// The bincode of this batch.
     pub fn encode(&self) -> Result<Vec<u8>, bincode::Error> {
         bincode::serialize(self)
+    }
+
+    /// One append of a batch and its group, encoded on its own: the
+    /// sender encodes each append as it queues it (so it knows its size)
+    /// and joins the pieces with [`RaftBatch::frame`].
+    pub fn piece(
+        group: GroupId,
+        rpc: &AppendEntriesRequest<TypeConfig>,
+    ) -> Result<Vec<u8>, bincode::Error> {
+        bincode::serialize(&(group, rpc))
+    }
+
+    /// The encoding of the batch of `pieces` (each from
+    /// [`RaftBatch::piece`]), byte for byte what [`RaftBatch::encode`]
+    /// writes for those appends: the version, the count as bincode writes
+    /// a sequence's length (a little-endian `u64`), then the elements.
+    pub fn frame(pieces: &[Vec<u8>]) -> Vec<u8> {
+        let len: usize = pieces.iter().map(Vec::len).sum();
+        let mut frame = Vec::with_capacity(1 + 8 + len);
+        frame.push(WIRE_VERSION);
+        let count = u64::try_from(pieces.len()).unwrap_or(u64::MAX);
+        frame.extend_from_slice(&count.to_le_bytes());
+        for piece in pieces {
+            frame.extend_from_slice(piece);
+        }
+        frame
     }
 
     /// A batch from its bincode, if its version is known.
@@ -255,20 +285,37 @@ mod tests {
             entries: Vec::new(),
             ..append.clone()
         };
-        let batch = RaftBatch::new(vec![(3, heartbeat.clone()), (u32::MAX, heartbeat)]);
+        let batch = RaftBatch::new(vec![(3, heartbeat.clone()), (u32::MAX, heartbeat.clone())]);
         let back = RaftBatch::decode(&batch.encode().expect("encode")).expect("decode");
         let groups: Vec<GroupId> = back.appends.iter().map(|(g, _)| *g).collect();
         assert_eq!(groups, vec![3, u32::MAX]);
+
+        // A frame joined from pieces is the batch's own encoding, entries
+        // and all, and an empty one decodes as an empty batch.
+        let appends = vec![(3, heartbeat), (u32::MAX, append.clone()), (0, append)];
+        let pieces: Vec<Vec<u8>> = appends
+            .iter()
+            .map(|(g, a)| RaftBatch::piece(*g, a).expect("piece"))
+            .collect();
+        let whole = RaftBatch::new(appends).encode().expect("encode");
+        assert_eq!(RaftBatch::frame(&pieces), whole);
+        let back = RaftBatch::decode(&RaftBatch::frame(&pieces)).expect("decode");
+        assert_eq!(back.appends.len(), 3);
+        assert_eq!(back.appends[1].1.entries.len(), 1);
+        let empty = RaftBatch::decode(&RaftBatch::frame(&[])).expect("decode");
+        assert!(empty.appends.is_empty());
         let answers = RaftBatchReply::new(vec![
             BatchAnswer::Append(Ok(AppendEntriesResponse::Success)),
             BatchAnswer::NotHosted,
+            BatchAnswer::Late,
         ]);
         let back = RaftBatchReply::decode(&answers.encode().expect("encode")).expect("decode");
         assert!(matches!(
             back.answers[..],
             [
                 BatchAnswer::Append(Ok(AppendEntriesResponse::Success)),
-                BatchAnswer::NotHosted
+                BatchAnswer::NotHosted,
+                BatchAnswer::Late
             ]
         ));
 
