@@ -172,6 +172,10 @@ pub struct Batcher {
     /// Cleared when the peer refuses the batch method.
     supported: Arc<AtomicBool>,
     entries: bool,
+    /// The task's permits for calls in flight (shared with it), and how
+    /// many there are.
+    slots: Arc<Semaphore>,
+    most_in_flight: usize,
 }
 
 impl Batcher {
@@ -187,19 +191,27 @@ impl Batcher {
         let runtime = tokio::runtime::Handle::try_current().ok()?;
         let (queue, queued) = mpsc::channel(QUEUE);
         let supported = Arc::new(AtomicBool::new(true));
-        let slots = Arc::new(Semaphore::new(batching.in_flight.max(1)));
+        let most_in_flight = batching.in_flight.max(1);
+        let slots = Arc::new(Semaphore::new(most_in_flight));
         let task = Gatherer {
             client,
             round,
             supported: Arc::clone(&supported),
-            slots,
+            slots: Arc::clone(&slots),
         };
         runtime.spawn(task.run(queued));
         Some(Batcher {
             queue,
             supported,
             entries: batching.entries,
+            slots,
+            most_in_flight,
         })
+    }
+
+    /// Batch calls in flight to the peer now.
+    pub fn in_flight(&self) -> usize {
+        self.most_in_flight - self.slots.available_permits()
     }
 
     /// Send `rpc` for `group` in a batch, within `ttl`; the group's answer.
@@ -532,6 +544,11 @@ pub(crate) mod tests {
             1,
             "one call in flight at a time"
         );
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while batcher.in_flight() > 0 {
+            assert!(Instant::now() < deadline, "a call stays in flight");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
 
     #[tokio::test]
@@ -620,6 +637,16 @@ pub(crate) mod tests {
                     "hang {hang}: answered by the deadline"
                 );
                 assert_eq!(batcher.queue.capacity(), QUEUE, "nothing left queued");
+                // The call's task gives its slot back once the call ends,
+                // by the latest deadline of its appends.
+                let deadline = Instant::now() + ttl + Duration::from_secs(1);
+                while batcher.in_flight() > 0 {
+                    assert!(
+                        Instant::now() < deadline,
+                        "hang {hang}: a call stays in flight"
+                    );
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
             }
         }
     }
