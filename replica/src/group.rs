@@ -30,6 +30,7 @@ use laneway_store::index_fjall::SharedFjall;
 use laneway_store::replication::{
     Group, GroupOpener, GroupStatus, MemberChange, VolumeWrite, segment_epoch,
 };
+use laneway_store::sync_queue::SyncQueue;
 use laneway_store::volume::VolumeSet;
 use openraft::error::{CheckIsLeaderError, ClientWriteError, InitializeError, RaftError};
 use openraft::{BasicNode, RaftNetworkFactory, ServerState};
@@ -376,6 +377,15 @@ pub struct RaftOpener<N> {
     /// journal, so the appends of groups that sync together share one
     /// fsync); `None`: every group keeps its log in a database of its own.
     pub logs: Option<SharedFjall>,
+    /// The node's thread for its groups' applies of index rows
+    /// ([`PartitionMachine::with_apply_queue`]); `None`: each apply on
+    /// the blocking pool.
+    pub applies: Option<SyncQueue>,
+}
+
+/// Start a node's thread for its groups' applies ([`RaftOpener::applies`]).
+pub fn apply_queue() -> std::io::Result<SyncQueue> {
+    SyncQueue::start("raft-apply", || Ok(()))
 }
 
 /// The largest memtable of one group's log in the node's log database
@@ -460,16 +470,19 @@ where
         Arc::new(config)
     }
 
-    /// Group `id`'s log: a keyspace of the node's log database, unless
-    /// `dir/log` holds a log of its own (a group started before the node
-    /// had one, or a node without one), which it keeps.
-    fn open_log(&self, id: PartitionId, dir: &Path) -> StoreResult<Arc<dyn MetaIndex>> {
+    /// Group `id`'s log: a keyspace of the node's log database, its
+    /// appends written and synced by the database's queue with every
+    /// other group's, unless `dir/log` holds a log of its own (a group
+    /// started before the node had one, or a node without one), which it
+    /// keeps.
+    fn open_log(&self, id: PartitionId, dir: &Path) -> StoreResult<LogStore> {
         let own = dir.join("log");
         match &self.logs {
-            Some(shared) if !own.exists() => Ok(Arc::new(
-                shared.index(&log_keyspace(id), LOG_MEMTABLE_BYTES)?,
+            Some(shared) if !own.exists() => Ok(LogStore::with_queue(
+                Arc::new(shared.index(&log_keyspace(id), LOG_MEMTABLE_BYTES)?),
+                shared.sync_queue(),
             )),
-            _ => Ok(Arc::from(open_index(Engine::Fjall, &own)?)),
+            _ => Ok(LogStore::new(Arc::from(open_index(Engine::Fjall, &own)?))),
         }
     }
 
@@ -491,8 +504,11 @@ where
             id.to_string()
         };
         let log = self.open_log(id, dir)?;
-        let machine = PartitionMachine::open_with(index, volumes, &dir.join("snapshots"))
+        let mut machine = PartitionMachine::open_with(index, volumes, &dir.join("snapshots"))
             .map_err(|e| StoreError::Engine(format!("{what} state machine: {e}")))?;
+        if let Some(queue) = &self.applies {
+            machine = machine.with_apply_queue(queue.clone());
+        }
         let lease = Lease {
             clock: Arc::default(),
             time: lease_for(&config),
@@ -506,7 +522,7 @@ where
                 spec.first(),
                 spec.members,
                 network,
-                LogStore::new(log),
+                log,
                 machine,
                 |raft| (self.started)(id, raft.clone()),
             ))

@@ -17,9 +17,16 @@
 //!
 //! Durability: an append, a truncation and a vote are synced before they
 //! are acknowledged (an append's [`LogFlushed`] callback runs after the
-//! index's `sync()`). A purge is written without a sync: it is one atomic
-//! batch, so after a crash either it or the entries it removed are there,
-//! and both are consistent. The committed id is only a hint (openraft
+//! index's `sync()`). A log that is a keyspace of a node's shared log
+//! database ([`LogStore::with_queue`]) hands its appends to that
+//! database's queue thread ([`SyncQueue`]), which writes the appends of
+//! every group it finds queued and syncs them with one fsync; openraft
+//! waits for each append's callback before its group goes on, so one
+//! group's appends never overtake each other.
+//!
+//! A purge is written without a sync: it is one atomic batch, so after a
+//! crash either it or the entries it removed are there, and both are
+//! consistent. The committed id is only a hint (openraft
 //! re-applies up to it on a restart, and anything older is safe): it is
 //! kept in memory and written with the next batch the log writes anyway,
 //! instead of costing a write of its own at every commit.
@@ -31,9 +38,10 @@
 //! of it kept) are answered from memory, without a trip to the blocking
 //! pool; other ranges are read from the index.
 
-use crate::blocking::{ReplicaResult, Work, blocking};
+use crate::blocking::{ReplicaResult, Work, blocking, storage_err};
 use crate::types::{LogEntry, LogId, NodeId, StorageError, TypeConfig};
 use laneway_store::index::{MetaIndex, WriteBatch};
+use laneway_store::sync_queue::{Job, SyncQueue};
 use openraft::storage::{LogFlushed, RaftLogStorage};
 use openraft::{LogState, OptionalSend, RaftLogReader, Vote};
 use serde::Serialize;
@@ -63,6 +71,9 @@ pub const RECENT_BYTES: usize = 4 << 20;
 pub struct LogStore {
     index: Arc<dyn MetaIndex>,
     memory: Arc<Mutex<Memory>>,
+    /// The thread that writes and syncs the appends of every log in the
+    /// same database (`None`: each append on the blocking pool).
+    appends: Option<SyncQueue>,
 }
 
 /// What a log keeps in memory: its newest entries, and a committed id not
@@ -182,6 +193,47 @@ impl LogStore {
         LogStore {
             index,
             memory: Arc::default(),
+            appends: None,
+        }
+    }
+
+    /// A log kept in `index`, a keyspace of a database whose appends
+    /// `queue`'s thread writes and syncs (the database's
+    /// [`laneway_store::index_fjall::SharedFjall::sync_queue`]): the
+    /// appends of many groups arriving together share one fsync.
+    pub fn with_queue(index: Arc<dyn MetaIndex>, queue: SyncQueue) -> LogStore {
+        LogStore {
+            appends: Some(queue),
+            ..LogStore::new(index)
+        }
+    }
+
+    /// Write `batch` and make it durable: on the append queue's thread
+    /// when there is one (and it has room), else on the blocking pool.
+    async fn write_synced(&self, batch: WriteBatch) -> Result<(), StorageError> {
+        let Some(queue) = &self.appends else {
+            return self
+                .with_index(Work::WriteLogs, move |ix| commit(ix, batch, true))
+                .await;
+        };
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let index = Arc::clone(&self.index);
+        let job = Job {
+            write: Box::new(move || index.write(batch)),
+            done: Box::new(move |r| {
+                let _ = tx.send(r);
+            }),
+        };
+        if let Err(job) = queue.submit(job) {
+            let index = Arc::clone(&self.index);
+            tokio::task::spawn_blocking(move || {
+                let r = (job.write)().and_then(|()| index.sync());
+                (job.done)(r);
+            });
+        }
+        match rx.await {
+            Ok(r) => r.map_err(|e| storage_err(Work::WriteLogs, &e)),
+            Err(e) => Err(storage_err(Work::WriteLogs, &e)),
         }
     }
 
@@ -294,21 +346,21 @@ fn batch_with(committed: Option<Option<LogId>>) -> ReplicaResult<WriteBatch> {
     Ok(batch)
 }
 
-/// Write `entries` and their tail, durably (with `committed`, if any).
-fn append_entries(
-    index: &dyn MetaIndex,
+/// The batch that writes `entries` and their tail (with `committed`, if
+/// any); `None` for no entries.
+fn append_batch(
     entries: &[LogEntry],
     committed: Option<Option<LogId>>,
-) -> ReplicaResult<()> {
+) -> ReplicaResult<Option<WriteBatch>> {
     let Some(last) = entries.last().map(|e| e.log_id) else {
-        return Ok(());
+        return Ok(None);
     };
     let mut batch = batch_with(committed)?;
     for entry in entries {
         put_value(&mut batch, &entry_key(entry.log_id.index), entry)?;
     }
     put_value(&mut batch, TAIL, &last)?;
-    commit(index, batch, true)
+    Ok(Some(batch))
 }
 
 /// Remove the entries from `since` on, durably; the tail becomes the entry
@@ -415,14 +467,13 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = LogEntry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let entries: Arc<Vec<LogEntry>> = Arc::new(entries.into_iter().collect());
+        let entries: Vec<LogEntry> = entries.into_iter().collect();
         let committed = self.take_committed();
-        let written = Arc::clone(&entries);
-        let done = self
-            .with_index(Work::WriteLogs, move |ix| {
-                append_entries(ix, &written, committed)
-            })
-            .await;
+        let done = match append_batch(&entries, committed) {
+            Ok(Some(batch)) => self.write_synced(batch).await,
+            Ok(None) => Ok(()),
+            Err(e) => Err(storage_err(Work::WriteLogs, &e)),
+        };
         match &done {
             Ok(()) => {
                 self.memory().recent.appended(&entries);

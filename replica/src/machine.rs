@@ -21,6 +21,12 @@
 //! the sync is one fsync less per round on every replica (measured in
 //! docs/benchmarks.md, "RF 3 PUT: fewer syncs and hand-offs").
 //!
+//! Where applies run: on a store node, on one thread all its groups share
+//! ([`PartitionMachine::with_apply_queue`]), which stays busy while
+//! applies keep coming instead of waking a blocking-pool thread for each;
+//! an apply that writes volume data, or that finds the machine held by a
+//! snapshot build or install, goes to the blocking pool instead.
+//!
 //! Snapshots live in a directory of their own: `current.snap` is the index
 //! stream of the one snapshot kept (written to `build.tmp`, or received
 //! into `recv-N.part`, fsynced, then renamed over it). Building one reads
@@ -38,12 +44,13 @@
 //! `current.snap` and installs it again (the volumes were synced before
 //! the rename).
 
-use crate::blocking::{ReplicaError, ReplicaResult, Work, blocking};
+use crate::blocking::{ReplicaError, ReplicaResult, Work, blocking, storage_err};
 use crate::snapshot::{SegmentExtent, StreamHead, StreamWriter, read_head, read_stream};
 use crate::snapshot_data::SnapshotData;
 use crate::snapshot_volumes::{Received, Receiver, Sources};
 use crate::types::{Applied, LogEntry, LogId, Membership, SnapshotMeta, StorageError, TypeConfig};
 use laneway_store::index::{Entry, MetaIndex, WriteBatch};
+use laneway_store::sync_queue::{Job, SyncQueue};
 use laneway_store::volume::VolumeSet;
 use openraft::storage::RaftStateMachine;
 use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder, Snapshot};
@@ -70,6 +77,9 @@ const CURRENT: &str = "current.snap";
 #[derive(Clone)]
 pub struct PartitionMachine {
     shared: Arc<Shared>,
+    /// The node's thread for applies of index rows only
+    /// ([`PartitionMachine::with_apply_queue`]); `None`: the blocking pool.
+    applies: Option<SyncQueue>,
 }
 
 struct Shared {
@@ -110,7 +120,57 @@ impl PartitionMachine {
         shared.recover()?;
         Ok(PartitionMachine {
             shared: Arc::new(shared),
+            applies: None,
         })
+    }
+
+    /// This machine with its applies of index rows only run on `queue`'s
+    /// thread, which a node's groups share: a thread that stays busy while
+    /// applies keep coming, instead of a wake-up of the blocking pool for
+    /// each. Applies that write volume data (and sync it), and applies
+    /// that find a snapshot build or install holding the machine, still
+    /// go to the blocking pool, so no apply waits behind another group's
+    /// disk work or snapshot. The queue's persist is not needed (applies
+    /// are not synced: module doc, "Durability").
+    pub fn with_apply_queue(mut self, queue: SyncQueue) -> PartitionMachine {
+        self.applies = Some(queue);
+        self
+    }
+
+    /// Apply `entries` on the apply queue's thread (see
+    /// [`PartitionMachine::with_apply_queue`]).
+    async fn apply_queued(
+        &self,
+        queue: &SyncQueue,
+        entries: Vec<LogEntry>,
+    ) -> Result<Vec<Applied>, StorageError> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let shared = Arc::clone(&self.shared);
+        let pool = tokio::runtime::Handle::current();
+        let write = Box::new(move || {
+            match shared.try_apply(entries) {
+                Ok(applied) => {
+                    let _ = tx.send(applied);
+                }
+                Err(entries) => {
+                    pool.spawn_blocking(move || {
+                        let _ = tx.send(shared.apply(entries));
+                    });
+                }
+            }
+            Ok(())
+        });
+        let job = Job {
+            write,
+            done: Box::new(|_| ()),
+        };
+        if let Err(job) = queue.submit(job) {
+            tokio::task::spawn_blocking(move || (job.write)());
+        }
+        match rx.await {
+            Ok(applied) => applied.map_err(|e| storage_err(Work::WriteMachine, &e)),
+            Err(e) => Err(storage_err(Work::WriteMachine, &e)),
+        }
     }
 
     /// The partition's index (for reads).
@@ -126,6 +186,13 @@ impl PartitionMachine {
         let shared = Arc::clone(&self.shared);
         blocking(work, move || f(&shared)).await
     }
+}
+
+/// Whether any of `entries` carries volume data.
+fn carries_data(entries: &[LogEntry]) -> bool {
+    entries
+        .iter()
+        .any(|e| matches!(&e.payload, EntryPayload::Normal(m) if !m.data.is_empty()))
 }
 
 /// Remove temporary and half-received snapshot files from `dir`.
@@ -212,6 +279,25 @@ impl Shared {
     /// module doc).
     fn apply(&self, entries: Vec<LogEntry>) -> ReplicaResult<Vec<Applied>> {
         let _held = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        self.apply_held(entries)
+    }
+
+    /// [`Shared::apply`] if the apply lock is free now; else `entries`
+    /// back (a snapshot build or install holds it).
+    fn try_apply(
+        &self,
+        entries: Vec<LogEntry>,
+    ) -> Result<ReplicaResult<Vec<Applied>>, Vec<LogEntry>> {
+        let _held = match self.lock.try_lock() {
+            Ok(held) => held,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return Err(entries),
+        };
+        Ok(self.apply_held(entries))
+    }
+
+    /// [`Shared::apply`], the lock held.
+    fn apply_held(&self, entries: Vec<LogEntry>) -> ReplicaResult<Vec<Applied>> {
         let mut batch = WriteBatch::default();
         let mut replies = Vec::with_capacity(entries.len());
         let Some(last) = entries.last().map(|e| e.log_id) else {
@@ -551,8 +637,13 @@ impl RaftStateMachine<TypeConfig> for PartitionMachine {
         I::IntoIter: OptionalSend,
     {
         let entries: Vec<LogEntry> = entries.into_iter().collect();
-        self.run(Work::WriteMachine, move |s| s.apply(entries))
-            .await
+        match &self.applies {
+            Some(queue) if !carries_data(&entries) => self.apply_queued(queue, entries).await,
+            _ => {
+                self.run(Work::WriteMachine, move |s| s.apply(entries))
+                    .await
+            }
+        }
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {

@@ -93,6 +93,10 @@ impl NodeReplication {
             snapshot_entries,
             own_heartbeats: false,
             logs: Some(logs),
+            applies: Some(
+                crate::group::apply_queue()
+                    .map_err(|e| SpecError(format!("the node's apply thread: {e}")))?,
+            ),
         };
         Ok(NodeReplication {
             service,

@@ -214,6 +214,7 @@ fn open_store(
             )
             .expect("open the node's log database"),
         ),
+        applies: Some(laneway_replica::group::apply_queue().expect("start the apply thread")),
     };
     let cfg = StoreConfig {
         partitions: Some(PARTITIONS),

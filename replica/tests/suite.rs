@@ -1,12 +1,19 @@
 //! openraft's own storage test suite (`openraft::testing::Suite`) run
 //! against laneway's log store and partition state machine, each test on
-//! fresh fjall indexes in a temporary directory.
+//! fresh fjall indexes in a temporary directory: once with a log and an
+//! index of the replica's own, and once as a store node runs them (the
+//! log a keyspace of a shared log database whose queue thread writes and
+//! syncs it, the applies on an apply thread).
 
 use laneway_replica::blocking::{Work, storage_err};
+use laneway_replica::group::apply_queue;
 use laneway_replica::types::StorageError;
 use laneway_replica::{LogStore, PartitionMachine, TypeConfig, open_group};
 use laneway_store::Engine;
+use laneway_store::index::{MetaIndex, open_index};
+use laneway_store::index_fjall::SharedFjall;
 use openraft::testing::{StoreBuilder, Suite};
+use std::sync::Arc;
 use tempfile::TempDir;
 
 /// Builds a replica's storage in a new temporary directory, which lives as
@@ -20,6 +27,43 @@ impl StoreBuilder<TypeConfig, LogStore, PartitionMachine, TempDir> for FreshRepl
             open_group(dir.path(), Engine::Fjall).map_err(|e| storage_err(Work::WriteLogs, &e))?;
         Ok((dir, log, machine))
     }
+}
+
+/// Builds a replica's storage as a store node opens it: the log a
+/// keyspace of a node's log database, written and synced by its queue,
+/// and the machine's applies on an apply thread.
+struct QueuedReplica;
+
+impl StoreBuilder<TypeConfig, LogStore, PartitionMachine, TempDir> for QueuedReplica {
+    async fn build(&self) -> Result<(TempDir, LogStore, PartitionMachine), StorageError> {
+        let err = |e: &dyn std::fmt::Display| storage_err(Work::WriteLogs, &Failed(e.to_string()));
+        let dir = tempfile::tempdir().map_err(|e| err(&e))?;
+        let logs = SharedFjall::open(&dir.path().join("raft-log"), 1 << 20).map_err(|e| err(&e))?;
+        let log: Arc<dyn MetaIndex> = Arc::new(logs.index("p0001", 1 << 20).map_err(|e| err(&e))?);
+        let index: Arc<dyn MetaIndex> =
+            Arc::from(open_index(Engine::Fjall, &dir.path().join("index")).map_err(|e| err(&e))?);
+        let machine = PartitionMachine::open(index, &dir.path().join("snapshots"))
+            .map_err(|e| err(&e))?
+            .with_apply_queue(apply_queue().map_err(|e| err(&e))?);
+        Ok((dir, LogStore::with_queue(log, logs.sync_queue()), machine))
+    }
+}
+
+/// A set-up step that failed.
+#[derive(Debug)]
+struct Failed(String);
+
+impl std::fmt::Display for Failed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Failed {}
+
+#[test]
+fn openraft_storage_suite_passes_on_the_node_s_shared_log_and_queues() {
+    Suite::test_all(QueuedReplica).expect("openraft storage suite");
 }
 
 #[test]

@@ -22,12 +22,16 @@
 //! writers share one database: a [`SharedFjall`] holds the indexes of
 //! many owners (a store node's Raft logs, one keyspace per group) in one
 //! journal, so the appends of groups that sync at the same moment share
-//! one fsync instead of paying one each.
+//! one fsync instead of paying one each. Its [`SyncQueue`] goes further:
+//! one thread writes the appends queued by every group and syncs them
+//! together, so appends that arrive together (a leader's batch to a
+//! follower) always share one fsync and one thread wake-up.
 
 use crate::error::{StoreError, StoreResult};
 use crate::index::{
     BatchOp, Entry, IndexMemory, MetaIndex, RowVisitor, WriteBatch, check_ascending,
 };
+use crate::sync_queue::SyncQueue;
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode, Readable};
 use std::collections::HashSet;
 use std::path::Path;
@@ -59,6 +63,8 @@ pub struct SyncGate {
     /// the persist, so syncs queue behind one another and find out here
     /// whether the one before covered them.
     synced: Mutex<u64>,
+    /// Persists run (fsyncs of the journal).
+    persists: AtomicU64,
 }
 
 impl Default for SyncGate {
@@ -66,6 +72,7 @@ impl Default for SyncGate {
         SyncGate {
             written: AtomicU64::new(1),
             synced: Mutex::new(0),
+            persists: AtomicU64::new(0),
         }
     }
 }
@@ -88,9 +95,15 @@ impl SyncGate {
         // covers them: the ones that arrived while this sync queued ride
         // along.
         let covers = self.written.load(Ordering::SeqCst);
+        self.persists.fetch_add(1, Ordering::Relaxed);
         persist()?;
         *synced = covers;
         Ok(())
+    }
+
+    /// How many persists the gate has run.
+    pub fn persists(&self) -> u64 {
+        self.persists.load(Ordering::Relaxed)
     }
 }
 
@@ -100,6 +113,7 @@ impl SyncGate {
 pub struct SharedFjall {
     db: Database,
     gate: Arc<SyncGate>,
+    syncs: SyncQueue,
 }
 
 impl SharedFjall {
@@ -111,10 +125,19 @@ impl SharedFjall {
             .max_journaling_size(MAX_JOURNAL_BYTES)
             .open()
             .map_err(engine_err)?;
-        Ok(SharedFjall {
-            db,
-            gate: Arc::default(),
-        })
+        let gate: Arc<SyncGate> = Arc::default();
+        let (d, g) = (db.clone(), Arc::clone(&gate));
+        let syncs = SyncQueue::start("log-sync", move || {
+            g.sync(|| d.persist(PersistMode::SyncAll).map_err(engine_err))
+        })?;
+        Ok(SharedFjall { db, gate, syncs })
+    }
+
+    /// The queue whose thread syncs this database for many waiters at
+    /// once ([`SyncQueue`]): a write that returned before a waiter was
+    /// queued is durable when the waiter runs.
+    pub fn sync_queue(&self) -> SyncQueue {
+        self.syncs.clone()
     }
 
     /// The index kept in keyspace `name` (created if missing; fjall takes
@@ -134,6 +157,12 @@ impl SharedFjall {
         };
         index.sync()?;
         Ok(index)
+    }
+
+    /// How many times the database's journal has been persisted (fsynced)
+    /// since it was opened.
+    pub fn persists(&self) -> u64 {
+        self.gate.persists()
     }
 
     /// Whether keyspace `name` exists.
@@ -423,6 +452,49 @@ mod tests {
             t.join().expect("thread");
         }
         assert!(persists.load(Ordering::SeqCst) <= 400);
+    }
+
+    #[test]
+    fn the_queue_writes_many_keyspaces_and_they_share_its_persists() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let shared = SharedFjall::open(dir.path(), 1 << 20).expect("open");
+        let before = shared.persists();
+        let (writers, rounds) = (8u8, 25usize);
+        let threads: Vec<_> = (0..writers)
+            .map(|w| {
+                let index = Arc::new(shared.index(&format!("p{w:04}"), 1 << 20).expect("index"));
+                let queue = shared.sync_queue();
+                std::thread::spawn(move || {
+                    for r in 0..rounds {
+                        let mut batch = WriteBatch::default();
+                        batch.put(format!("k{r:03}").into_bytes(), vec![w; 4096]);
+                        let (tx, rx) = std::sync::mpsc::channel();
+                        let ix = Arc::clone(&index);
+                        let job = crate::sync_queue::Job {
+                            write: Box::new(move || ix.write(batch)),
+                            done: Box::new(move |r| tx.send(r.is_ok()).expect("answer")),
+                        };
+                        assert!(queue.submit(job).is_ok());
+                        assert!(rx.recv().expect("done"), "written and synced");
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().expect("writer");
+        }
+        let persists = shared.persists() - before;
+        assert!(
+            persists * 2 <= u64::from(writers) * rounds as u64,
+            "{persists} persists for {} writes",
+            usize::from(writers) * rounds
+        );
+        drop(shared);
+        let shared = SharedFjall::open(dir.path(), 1 << 20).expect("reopen");
+        for w in 0..writers {
+            let index = shared.index(&format!("p{w:04}"), 1 << 20).expect("index");
+            assert_eq!(index.scan(b"", b"", 100).expect("scan").len(), rounds);
+        }
     }
 
     #[test]

@@ -43,6 +43,7 @@ pub mod replication;
 pub mod rpc;
 pub mod space;
 pub mod store;
+pub mod sync_queue;
 pub mod tagindex;
 pub mod uploads;
 pub mod volume;

@@ -278,6 +278,10 @@ fn rf3(args: &Args, rt: &tokio::runtime::Runtime, ticked: bool) -> BenchResult<S
             handle: rt.handle().clone(),
             snapshot_entries: laneway_replica::group::SNAPSHOT_ENTRIES,
             own_heartbeats: !ticked,
+            applies: logs
+                .is_some()
+                .then(laneway_replica::group::apply_queue)
+                .transpose()?,
             logs,
         };
         let cfg = StoreConfig {
