@@ -22,7 +22,8 @@
 //! database's queue thread ([`SyncQueue`]), which writes the appends of
 //! every group it finds queued and syncs them with one fsync; openraft
 //! waits for each append's callback before its group goes on, so one
-//! group's appends never overtake each other.
+//! group's appends never overtake each other, and the queue holds at most
+//! one append per group.
 //!
 //! A purge is written without a sync: it is one atomic batch, so after a
 //! crash either it or the entries it removed are there, and both are

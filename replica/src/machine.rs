@@ -25,7 +25,14 @@
 //! ([`PartitionMachine::with_apply_queue`]), which stays busy while
 //! applies keep coming instead of waking a blocking-pool thread for each;
 //! an apply that writes volume data, or that finds the machine held by a
-//! snapshot build or install, goes to the blocking pool instead.
+//! snapshot build or install, goes to the blocking pool instead. What it
+//! costs: an index whose writes the engine stalls (fjall slows writes
+//! while its flushes and compactions catch up) delays the applies of the
+//! node's other groups behind it, where on the pool it delayed only its
+//! own; the partitions of a node share its disk, so such a stall is
+//! rarely one partition's alone. The thread holds at most one apply per
+//! group (openraft waits for each), so its queue is bounded by the
+//! node's groups.
 //!
 //! Snapshots live in a directory of their own: `current.snap` is the index
 //! stream of the one snapshot kept (written to `build.tmp`, or received
@@ -733,6 +740,49 @@ mod tests {
             .expect("build");
         let (_, rows) = read_rows(&dir.path().join("snapshots").join(CURRENT)).expect("rows");
         assert_eq!(keys_of(&rows), vec![b"a".to_vec(), b"b".to_vec()]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_machine_held_by_a_snapshot_holds_up_no_other_group_on_the_apply_thread() {
+        let (a_dir, b_dir) = (
+            tempfile::tempdir().expect("a"),
+            tempfile::tempdir().expect("b"),
+        );
+        let queue = crate::group::apply_queue().expect("apply thread");
+        let mut a = machine(a_dir.path()).with_apply_queue(queue.clone());
+        let mut b = machine(b_dir.path()).with_apply_queue(queue);
+        // As a snapshot build or install does, something holds a's lock.
+        let held = Arc::clone(&a.shared);
+        let (locked_tx, locked_rx) = std::sync::mpsc::channel();
+        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+        let holder = std::thread::spawn(move || {
+            let _held = held.lock.lock().expect("lock");
+            locked_tx.send(()).expect("locked");
+            release_rx.recv().ok();
+        });
+        locked_rx.recv().expect("a is held");
+        let a_apply = tokio::spawn(async move {
+            let r = a.apply(vec![put_entry(1, b"a", b"1")]).await;
+            (a, r)
+        });
+        // b's applies go through the same thread while a waits.
+        for i in 1..=20 {
+            let r = tokio::time::timeout(
+                std::time::Duration::from_secs(5),
+                b.apply(vec![put_entry(i, b"b", b"2")]),
+            )
+            .await
+            .expect("b is not held up by a");
+            assert_eq!(r.expect("apply"), vec![Applied { index: i }]);
+        }
+        assert!(!a_apply.is_finished(), "a waits for its lock");
+        release_tx.send(()).expect("release");
+        holder.join().expect("holder");
+        let (mut a, r) = a_apply.await.expect("join");
+        assert_eq!(r.expect("apply"), vec![Applied { index: 1 }]);
+        let (applied, _) = a.applied_state().await.expect("state");
+        assert_eq!(applied, Some(openraft::testing::log_id(1, 1, 1)));
+        assert_eq!(a.index().get(b"a").expect("get"), Some(b"1".to_vec()));
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
