@@ -18,8 +18,10 @@ three nodes), measured as compare measures; then, at RF 3, the failover
 time: SIGKILL of the node leading the most groups under a PUT loop, and
 per key the time to its first acknowledged PUT.
 
-rf3put: at RF 3 only, ROUNDS runs of the durable PUT measurement on one
-cluster (LANEWAY_BIN names the laneway binary, to compare two builds).
+rf3put: at RF 3 only (REPLICAS=1: RF 1), ROUNDS runs of the durable PUT
+measurement on one cluster (LANEWAY_BIN names the laneway binary, to
+compare two builds); SYSCALLS=1 adds the store nodes' context switches
+and system calls per PUT.
 
 catchup: at RF 3, store-3 killed while CATCHUP_OBJECTS (default
 100000) 4 KiB objects are PUT, then started again: how long until every
@@ -316,29 +318,71 @@ def replicas():
 
 def rf3put(s):
     """ROUNDS (default 3) runs of durable 4 KiB PUTs, CONC in flight, on
-    one RF 3 cluster once every group is healthy: per run the rate and
-    the server CPU per PUT by role, and how many groups each store node
-    leads. PERF=1 profiles the store nodes during the second run."""
+    one RF 3 cluster (REPLICAS=1: RF 1) once every group is healthy: per
+    run the rate and the server CPU per PUT by role, and how many groups
+    each store node leads. PERF=1 profiles the store nodes during the
+    second run; SYSCALLS=1 counts the store nodes' context switches and
+    system calls per PUT during the second run (`perf stat`, 5 s)."""
     try:
-        wait_groups(s.cluster_file)
-        leaders = {}
-        for g in status_json(s):
-            led = next((r["node"] for r in g["replicas"] if r["leader"]), None)
-            leaders[led] = leaders.get(led, 0) + 1
-        print(f"# groups led per node: {leaders}")
+        replicated = s.name != "cluster1"
+        if replicated:
+            wait_groups(s.cluster_file)
+            leaders = {}
+            for g in status_json(s):
+                led = next((r["node"] for r in g["replicas"] if r["leader"]), None)
+                leaders[led] = leaders.get(led, 0) + 1
+            print(f"# groups led per node: {leaders}")
         for run in range(int(os.environ.get("ROUNDS", "3"))):
             perf = start_perf(s) if run == 1 else None
+            calls = start_syscalls(s) if run == 1 else None
             out, cpu, _ = bench(s, ["put", "--endpoint", s.s3[0], "--concurrency", str(CONC),
                                     "--objects", "1000000", "--bucket", f"put{run}",
                                     "--warmup", "0", "--duration", str(DURATION)], quiet=True)
             ops, rate, p50 = summary_row(out, "put")
-            print(f"rf3 put run {run + 1}: {rate:.0f}/s, p50 {p50} ms; CPU per PUT: "
+            print(f"{s.name} put run {run + 1}: {rate:.0f}/s, p50 {p50} ms; CPU per PUT: "
                   f"{cpu_text(cpu, ops)}")
             sys.stdout.flush()
             if perf:
                 report_perf(s, perf)
+            if calls:
+                report_syscalls(calls, rate)
+        if replicated:
+            node = os.path.join(s.dir, "store-1")
+            print("# store-1 on disk: " + ", ".join(
+                f"{name} {du(os.path.join(node, name)) / 2**20:.0f} MiB"
+                for name in sorted(os.listdir(node))
+                if os.path.isdir(os.path.join(node, name))))
     finally:
         s.close()
+
+
+SYSCALL_EVENTS = ["context-switches", "syscalls:sys_enter_fdatasync", "syscalls:sys_enter_fsync",
+                  "syscalls:sys_enter_write", "syscalls:sys_enter_writev",
+                  "syscalls:sys_enter_recvfrom", "syscalls:sys_enter_futex",
+                  "syscalls:sys_enter_epoll_wait"]
+
+
+def start_syscalls(setup):
+    """perf stat of the store nodes' context switches and system calls
+    for 5 s, started 1 s into a run (SYSCALLS=1), or None."""
+    if os.environ.get("SYSCALLS") != "1" or not shutil.which("perf"):
+        return None
+    pids = ",".join(str(p.p.pid) for p in setup.procs if p.role == "store")
+    return subprocess.Popen(["sh", "-c", f"sleep 1; exec perf stat -x, -e {','.join(SYSCALL_EVENTS)} "
+                             f"-p {pids} -- sleep 5"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def report_syscalls(p, rate):
+    """Print what `start_syscalls` counted, per PUT at `rate` PUTs/s."""
+    _, err = p.communicate()
+    per = []
+    for line in err.splitlines():
+        f = line.split(",")
+        if len(f) > 2 and f[0].replace(".", "").isdigit():
+            per.append(f"{f[2].replace('syscalls:sys_enter_', '')} {float(f[0]) / (5 * rate):.2f}")
+    print("# store nodes, per PUT (all nodes): " + ", ".join(per))
+    sys.stdout.flush()
 
 
 def failover(s):
@@ -639,7 +683,7 @@ def main():
     if what in ("replicas", "all"):
         replicas()
     if what == "rf3put":
-        rf3put(cluster(PORT, 1, replicas=3))
+        rf3put(cluster(PORT, 1, replicas=int(os.environ.get("REPLICAS", "3"))))
     if what == "failover":
         failover(cluster(PORT, 1, replicas=3))
     if what == "catchup":

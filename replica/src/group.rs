@@ -20,7 +20,9 @@
 
 use crate::lease::{AckClock, LeasedNetwork, lease_for};
 use crate::machine::PartitionMachine;
+use crate::raft_log::RaftLog;
 use crate::types::{Mutation, NodeId, PartitionRaft, TypeConfig};
+use crate::wal::Wal;
 use crate::{LogStore, ReplicaError, ReplicaResult};
 use futures::future::BoxFuture;
 use laneway_store::error::{StoreError, StoreResult};
@@ -33,6 +35,7 @@ use laneway_store::replication::{
 use laneway_store::sync_queue::SyncQueue;
 use laneway_store::volume::VolumeSet;
 use openraft::error::{CheckIsLeaderError, ClientWriteError, InitializeError, RaftError};
+use openraft::storage::RaftLogStorage;
 use openraft::{BasicNode, RaftNetworkFactory, ServerState};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -373,14 +376,32 @@ pub struct RaftOpener<N> {
     /// Whether each group sends its own heartbeats; `false` when the node
     /// runs a [`crate::net::HeartbeatTicker`] for all of them.
     pub own_heartbeats: bool,
-    /// The node's log database, each group's log a keyspace of it (one
-    /// journal, so the appends of groups that sync together share one
-    /// fsync); `None`: every group keeps its log in a database of its own.
-    pub logs: Option<SharedFjall>,
+    /// Where the groups keep their logs ([`GroupLogs`]).
+    pub logs: GroupLogs,
     /// The node's thread for its groups' applies of index rows
     /// ([`PartitionMachine::with_apply_queue`]); `None`: each apply on
     /// the blocking pool.
     pub applies: Option<SyncQueue>,
+}
+
+/// Where a node's groups keep their Raft logs.
+pub enum GroupLogs {
+    /// In the node's log file (`<data>/raft-wal`, [`Wal`]): one writer
+    /// thread and one fdatasync for the appends of all groups. A group
+    /// whose log is in an older layout keeps it: a database of its own
+    /// (`<partition>/raft/log`), or a keyspace of `older`, the node's
+    /// shared log database (`<data>/raft-log`) if the node has one.
+    File {
+        /// The node's log file.
+        wal: Wal,
+        /// The node's log database from before the log file, if any.
+        older: Option<SharedFjall>,
+    },
+    /// Each group's log a keyspace of one database (one journal, synced
+    /// by its queue thread for all groups).
+    Shared(SharedFjall),
+    /// Each group's log a database of its own.
+    Own,
 }
 
 /// Start a node's thread for its groups' applies ([`RaftOpener::applies`]).
@@ -470,19 +491,28 @@ where
         Arc::new(config)
     }
 
-    /// Group `id`'s log: a keyspace of the node's log database, its
-    /// appends written and synced by the database's queue with every
-    /// other group's, unless `dir/log` holds a log of its own (a group
-    /// started before the node had one, or a node without one), which it
-    /// keeps.
-    fn open_log(&self, id: PartitionId, dir: &Path) -> StoreResult<LogStore> {
+    /// Group `id`'s log, in the node's layout ([`GroupLogs`]); a group
+    /// that has a log of its own in `dir/log` keeps it.
+    fn open_log(&self, id: PartitionId, dir: &Path) -> StoreResult<RaftLog> {
         let own = dir.join("log");
-        match &self.logs {
-            Some(shared) if !own.exists() => Ok(LogStore::with_queue(
+        let in_keyspace = |shared: &SharedFjall| -> StoreResult<RaftLog> {
+            Ok(LogStore::with_queue(
                 Arc::new(shared.index(&log_keyspace(id), LOG_MEMTABLE_BYTES)?),
                 shared.sync_queue(),
-            )),
-            _ => Ok(LogStore::new(Arc::from(open_index(Engine::Fjall, &own)?))),
+            )
+            .into())
+        };
+        if own.exists() {
+            return Ok(LogStore::new(Arc::from(open_index(Engine::Fjall, &own)?)).into());
+        }
+        match &self.logs {
+            GroupLogs::File {
+                older: Some(shared),
+                ..
+            } if shared.has(&log_keyspace(id)) => in_keyspace(shared),
+            GroupLogs::File { wal, .. } => Ok(wal.log(u64::from(id.0)).into()),
+            GroupLogs::Shared(shared) => in_keyspace(shared),
+            GroupLogs::Own => Ok(LogStore::new(Arc::from(open_index(Engine::Fjall, &own)?)).into()),
         }
     }
 
@@ -567,18 +597,19 @@ where
 /// a learner, promote: `laneway cluster move-partition`,
 /// docs/replication.md).
 #[allow(clippy::too_many_arguments)]
-pub async fn launch<N>(
+pub async fn launch<N, L>(
     config: Arc<openraft::Config>,
     me: NodeId,
     initializer: Option<NodeId>,
     members: BTreeMap<NodeId, BasicNode>,
     network: N,
-    log: LogStore,
+    log: L,
     machine: PartitionMachine,
     reachable: impl FnOnce(&PartitionRaft),
 ) -> ReplicaResult<PartitionRaft>
 where
     N: RaftNetworkFactory<TypeConfig>,
+    L: RaftLogStorage<TypeConfig>,
 {
     let raft = openraft::Raft::new(me, config, network, log, machine)
         .await

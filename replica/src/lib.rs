@@ -6,8 +6,11 @@
 //!
 //! - [`types`]: what a log entry carries (a partition's index batch) and
 //!   the openraft type configuration.
-//! - [`log_store`]: the Raft log, vote and purge marker in an index of its
-//!   own, synced before an append is acknowledged.
+//! - [`wal`]: a store node's Raft log file, the logs of all its groups in
+//!   one append-only file of segments written by one thread, synced before
+//!   an append is acknowledged; [`log_store`]: a Raft log in a metadata
+//!   index (the layout of nodes from before the file, and of tests); a
+//!   group's log is either ([`raft_log`]).
 //! - [`machine`]: the partition index as the state machine, applied in one
 //!   batch per call with its applied id, and snapshots as checked streams
 //!   of its rows ([`snapshot`]) sent with the volume segments they point
@@ -34,10 +37,12 @@ pub mod machine;
 pub mod memnet;
 pub mod net;
 pub mod node;
+pub mod raft_log;
 pub mod snapshot;
 pub mod snapshot_data;
 pub mod snapshot_volumes;
 pub mod types;
+pub mod wal;
 
 pub use blocking::{ReplicaError, ReplicaResult};
 pub use log_store::LogStore;

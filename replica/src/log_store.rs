@@ -162,7 +162,8 @@ impl Recent {
         }
     }
 
-    fn clear(&mut self) {
+    /// Forget every entry (what the log holds is unknown).
+    pub fn clear(&mut self) {
         self.entries.clear();
         self.bytes = 0;
     }
@@ -291,7 +292,7 @@ fn commit(index: &dyn MetaIndex, batch: WriteBatch, sync: bool) -> ReplicaResult
 }
 
 /// The half-open index range `[start, end)` of `range` (`end` None: no end).
-fn index_range(range: &impl RangeBounds<u64>) -> (u64, Option<u64>) {
+pub(crate) fn index_range(range: &impl RangeBounds<u64>) -> (u64, Option<u64>) {
     let start = match range.start_bound() {
         Bound::Included(s) => *s,
         Bound::Excluded(s) => s.saturating_add(1),

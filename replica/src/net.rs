@@ -39,9 +39,10 @@ pub use heartbeat::{HeartbeatTicker, ticked_config};
 pub use peers::{Connection, Peers, RpcNetwork};
 pub use service::{RaftService, Received, Split};
 
+use crate::PartitionMachine;
 use crate::blocking::{ReplicaError, ReplicaResult};
-use crate::types::{NodeId, PartitionRaft};
-use crate::{LogStore, PartitionMachine};
+use crate::types::{NodeId, PartitionRaft, TypeConfig};
+use openraft::storage::RaftLogStorage;
 use openraft::{BasicNode, Config, SnapshotPolicy};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -126,11 +127,11 @@ pub fn group_config(name: &str) -> ReplicaResult<Arc<Config>> {
 /// Start this node's replica of `group` with [`group_config`]: see
 /// [`start_group_with`].
 #[allow(clippy::too_many_arguments)]
-pub async fn start_group(
+pub async fn start_group<L: RaftLogStorage<TypeConfig>>(
     group: GroupId,
     me: NodeId,
     members: BTreeMap<NodeId, BasicNode>,
-    log: LogStore,
+    log: L,
     machine: PartitionMachine,
     peers: Arc<Peers>,
     service: &RaftService,
@@ -144,12 +145,12 @@ pub async fn start_group(
 /// voters are `members` (with their RPC addresses). The lowest-numbered
 /// initializes a new group; why that is safe: [`crate::group::launch`].
 #[allow(clippy::too_many_arguments)]
-pub async fn start_group_with(
+pub async fn start_group_with<L: RaftLogStorage<TypeConfig>>(
     config: Arc<Config>,
     group: GroupId,
     me: NodeId,
     members: BTreeMap<NodeId, BasicNode>,
-    log: LogStore,
+    log: L,
     machine: PartitionMachine,
     peers: Arc<Peers>,
     service: &RaftService,

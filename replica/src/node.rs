@@ -23,8 +23,9 @@
 //! yet, docs/replication.md), never an edit of the file under a running
 //! cluster.
 
-use crate::group::{GroupSpec, LOG_CACHE_BYTES, RaftOpener, turn_of};
+use crate::group::{GroupLogs, GroupSpec, LOG_CACHE_BYTES, RaftOpener, turn_of};
 use crate::net::{HeartbeatTicker, Peers, RaftService, RpcNetwork};
+use crate::wal::Wal;
 use laneway_store::cluster::{ClusterFile, NodeId};
 use laneway_store::ids::PartitionId;
 use laneway_store::index_fjall::SharedFjall;
@@ -36,7 +37,13 @@ use std::path::Path;
 use std::sync::Arc;
 use tokio::runtime::Handle;
 
-/// The directory of a node's Raft log database, in its data directory.
+/// The directory of a node's Raft log file ([`Wal`]), in its data
+/// directory.
+pub const WAL_DIR: &str = "raft-wal";
+
+/// The directory of a node's Raft log database, in its data directory:
+/// where nodes kept their groups' logs before the log file (a group that
+/// has its log there keeps it).
 pub const LOG_DIR: &str = "raft-log";
 
 /// The replication of one store node.
@@ -60,7 +67,7 @@ impl NodeReplication {
     /// messages signed with the cluster `secret`, its groups run on
     /// `handle`, a partition's group snapshotting every
     /// `snapshot_entries` log entries, the groups' logs in one database
-    /// in `data_dir/raft-log` ([`RaftOpener::logs`]).
+    /// in the node's log file, `data_dir/raft-wal` ([`RaftOpener::logs`]).
     pub fn new(
         file: &ClusterFile,
         me: &NodeId,
@@ -70,8 +77,16 @@ impl NodeReplication {
         data_dir: &Path,
     ) -> Result<NodeReplication, SpecError> {
         let specs = Specs::of(file, me)?;
-        let logs = SharedFjall::open(&data_dir.join(LOG_DIR), LOG_CACHE_BYTES)
-            .map_err(|e| SpecError(format!("the node's Raft log database: {e}")))?;
+        let wal = Wal::open(&data_dir.join(WAL_DIR))
+            .map_err(|e| SpecError(format!("the node's Raft log file: {e}")))?;
+        let older = if data_dir.join(LOG_DIR).exists() {
+            Some(
+                SharedFjall::open(&data_dir.join(LOG_DIR), LOG_CACHE_BYTES)
+                    .map_err(|e| SpecError(format!("the node's Raft log database: {e}")))?,
+            )
+        } else {
+            None
+        };
         let service = Arc::new(RaftService::new());
         let peers = Arc::new(Peers::new(Signer::new(secret)));
         let registry = Arc::clone(&service);
@@ -92,7 +107,7 @@ impl NodeReplication {
             handle,
             snapshot_entries,
             own_heartbeats: false,
-            logs: Some(logs),
+            logs: GroupLogs::File { wal, older },
             applies: Some(
                 crate::group::apply_queue()
                     .map_err(|e| SpecError(format!("the node's apply thread: {e}")))?,

@@ -9,11 +9,11 @@
 
 use bytes::Bytes;
 use futures::StreamExt;
-use laneway_replica::group::{GroupSpec, RaftOpener};
+use laneway_replica::group::{GroupLogs, GroupSpec, RaftOpener};
 use laneway_replica::memnet::Router;
 use laneway_replica::types::NodeId;
+use laneway_replica::wal::Wal;
 use laneway_store::ids::PartitionId;
-use laneway_store::index_fjall::SharedFjall;
 use laneway_store::replication::Replication;
 use laneway_store::{BodyStream, BucketInfo, PutOptions, Store, StoreConfig, StoreError, TenantId};
 use openraft::BasicNode;
@@ -207,13 +207,11 @@ fn open_store(
         handle,
         snapshot_entries: laneway_replica::group::SNAPSHOT_ENTRIES,
         own_heartbeats: true,
-        logs: Some(
-            SharedFjall::open(
-                &dir.join("raft-log"),
-                laneway_replica::group::LOG_CACHE_BYTES,
-            )
-            .expect("open the node's log database"),
-        ),
+        logs: GroupLogs::File {
+            wal: Wal::open(&dir.join(laneway_replica::node::WAL_DIR))
+                .expect("open the node's log file"),
+            older: None,
+        },
         applies: Some(laneway_replica::group::apply_queue().expect("start the apply thread")),
     };
     let cfg = StoreConfig {

@@ -33,9 +33,10 @@ use bytes::Bytes;
 use clap::Parser;
 use futures::StreamExt;
 use laneway_bench::cpu::cpu_seconds;
-use laneway_replica::group::{GroupSpec, RaftOpener};
+use laneway_replica::group::{GroupLogs, GroupSpec, RaftOpener};
 use laneway_replica::net::{Batching, HeartbeatTicker, Peers, RaftService, RpcNetwork};
 use laneway_replica::types::NodeId;
+use laneway_replica::wal::Wal;
 use laneway_store::ids::PartitionId;
 use laneway_store::index_fjall::SharedFjall;
 use laneway_store::replication::Replication;
@@ -71,9 +72,10 @@ struct Args {
     /// Seconds of each idle measurement.
     #[arg(long, default_value_t = 10)]
     idle_secs: u64,
-    /// Where RF 3 groups keep their logs: `shared` (one database per
-    /// node, as store nodes do) or `own` (a database per group).
-    #[arg(long, default_value = "shared")]
+    /// Where RF 3 groups keep their logs: `file` (one log file per node,
+    /// as store nodes do), `shared` (one log database per node, as nodes
+    /// did before the file) or `own` (a database per group).
+    #[arg(long, default_value = "file")]
     logs: String,
     /// Which appends RF 3 nodes gather into one call per peer: `all`
     /// (rounds of entries too, one call in flight per peer, as store
@@ -257,12 +259,18 @@ fn rf3(args: &Args, rt: &tokio::runtime::Runtime, ticked: bool) -> BenchResult<S
         let members = members.clone();
         let dir = tempfile::tempdir()?;
         let logs = match args.logs.as_str() {
-            "shared" => Some(SharedFjall::open(
+            "file" => GroupLogs::File {
+                wal: Wal::open(&dir.path().join(laneway_replica::node::WAL_DIR))?,
+                older: None,
+            },
+            "shared" => GroupLogs::Shared(SharedFjall::open(
                 &dir.path().join("raft-log"),
                 laneway_replica::group::LOG_CACHE_BYTES,
             )?),
-            "own" => None,
-            other => return Err(format!("--logs: {other:?} is neither shared nor own").into()),
+            "own" => GroupLogs::Own,
+            other => {
+                return Err(format!("--logs: {other:?} is none of file, shared, own").into());
+            }
         };
         let opener = RaftOpener {
             catalog: None,
@@ -278,8 +286,7 @@ fn rf3(args: &Args, rt: &tokio::runtime::Runtime, ticked: bool) -> BenchResult<S
             handle: rt.handle().clone(),
             snapshot_entries: laneway_replica::group::SNAPSHOT_ENTRIES,
             own_heartbeats: !ticked,
-            applies: logs
-                .is_some()
+            applies: (!matches!(logs, GroupLogs::Own))
                 .then(laneway_replica::group::apply_queue)
                 .transpose()?,
             logs,

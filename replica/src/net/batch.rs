@@ -18,7 +18,11 @@
 //! free, with whatever else is queued by then. So no timer holds an
 //! append back: an idle link sends each append at once, and a busy one
 //! gathers the appends that arrive while its calls are out, which is
-//! when there are many. The exception is a heartbeat round: the node's
+//! when there are many. An entry-less append that finds nothing else
+//! queued (openraft's commit update after a round) waits up to
+//! [`LINGER`] for an append with entries to carry it, so under load the
+//! updates ride with the next rounds instead of costing calls of their
+//! own. The other exception is a heartbeat round: the node's
 //! [`super::HeartbeatTicker`] opens a [`Round`] of [`ROUND_WINDOW`]
 //! before it asks every group it leads for a heartbeat; an append that
 //! reaches the task while the round is open waits for it to close, so
@@ -162,6 +166,8 @@ type Outcome = Result<BatchAnswer, Failure>;
 struct Pending {
     /// The append and its group, encoded ([`RaftBatch::piece`]).
     piece: Vec<u8>,
+    /// Whether it carries entries (else a commit update or a heartbeat).
+    entries: bool,
     deadline: Instant,
     answer: oneshot::Sender<Outcome>,
 }
@@ -196,6 +202,7 @@ impl Batcher {
         let task = Gatherer {
             client,
             round,
+            linger: batching.entries,
             supported: Arc::clone(&supported),
             slots: Arc::clone(&slots),
         };
@@ -236,6 +243,7 @@ impl Batcher {
         let (answer, answered) = oneshot::channel();
         let pending = Pending {
             piece,
+            entries: has_entries,
             deadline: Instant::now() + ttl,
             answer,
         };
@@ -257,6 +265,8 @@ impl Batcher {
 struct Gatherer {
     client: Arc<RpcClient>,
     round: Arc<Round>,
+    /// Whether an entry-less append waits up to [`LINGER`] for entries.
+    linger: bool,
     supported: Arc<AtomicBool>,
     /// One permit per batch call that may be in flight.
     slots: Arc<Semaphore>,
@@ -276,15 +286,19 @@ impl Gatherer {
                     None => return,
                 },
             };
+            let mut early = Vec::new();
             if let Some(close) = self.round.closes_after(Instant::now()) {
                 tokio::time::sleep_until(close.into()).await;
+            } else if self.linger && !first.entries {
+                early = linger(&mut queued).await;
             }
             let Ok(slot) = Arc::clone(&self.slots).acquire_owned().await else {
                 return;
             };
             let mut batch = Gathered::new(first);
+            let mut more = early.into_iter().map(Ok);
             while batch.len() < MAX_BATCH {
-                match queued.try_recv() {
+                match more.next().unwrap_or_else(|| queued.try_recv()) {
                     Ok(p) if batch.fits(&p) => batch.push(p),
                     Ok(p) => {
                         carried = Some(p);
@@ -301,6 +315,38 @@ impl Gatherer {
             });
         }
     }
+}
+
+/// How long an entry-less append (openraft's commit update after a
+/// round, or a heartbeat) waits for an append with entries to the same
+/// peer to carry it. Under load the next round of some group comes
+/// within it and the update rides along, instead of costing a call and
+/// its reply of its own (half of the calls were commit updates); idle,
+/// a follower learns a commit this much later, which delays only its
+/// own apply (a leader answers its client from its own apply, and
+/// reads are served by leaders). Far below the heartbeat interval
+/// (200 ms) and the election timeout.
+pub const LINGER: Duration = Duration::from_millis(2);
+
+/// Entry-less appends queued behind the first: wait until an append with
+/// entries arrives (it is the last taken), [`LINGER`] passes, or half a
+/// batch has gathered.
+async fn linger(queued: &mut mpsc::Receiver<Pending>) -> Vec<Pending> {
+    let until = tokio::time::Instant::now() + LINGER;
+    let mut taken = Vec::new();
+    while taken.len() < MAX_BATCH / 2 {
+        match tokio::time::timeout_at(until, queued.recv()).await {
+            Ok(Some(p)) => {
+                let entries = p.entries;
+                taken.push(p);
+                if entries {
+                    break;
+                }
+            }
+            Ok(None) | Err(_) => break,
+        }
+    }
+    taken
 }
 
 /// The appends of one batch call and their encoded size.
@@ -549,6 +595,30 @@ pub(crate) mod tests {
             assert!(Instant::now() < deadline, "a call stays in flight");
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+    }
+
+    #[tokio::test]
+    async fn a_commit_update_waits_for_a_round_of_entries_to_carry_it() {
+        let (peer, _server, batcher) = slow_peer(Duration::ZERO, Batching::default()).await;
+        let ttl = Duration::from_secs(5);
+        // A commit update, and a moment later (well within the linger) a
+        // round of another group: one call carries both.
+        let update = batcher.offer(0, heartbeat(), ttl);
+        let round = async {
+            tokio::time::sleep(LINGER / 4).await;
+            batcher.offer(1, append_of(1000), ttl).await
+        };
+        let (update, round) = tokio::join!(update, round);
+        for outcome in [update, round] {
+            let outcome = outcome.map_err(|_| "went alone").expect("batched");
+            assert!(outcome.is_ok(), "{outcome:?}");
+        }
+        assert_eq!(peer.calls.load(Ordering::SeqCst), 1, "one call for both");
+        assert_eq!(peer.appends.load(Ordering::SeqCst), 2);
+        // Alone, an update still leaves once the linger is over.
+        let alone = batcher.offer(2, heartbeat(), ttl).await;
+        assert!(alone.map_err(|_| "went alone").expect("batched").is_ok());
+        assert_eq!(peer.calls.load(Ordering::SeqCst), 2);
     }
 
     #[tokio::test]

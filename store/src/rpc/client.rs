@@ -159,16 +159,26 @@ impl RpcClient {
         data: Option<BodyStream>,
     ) -> Result<http::Request<ReqBody>, RpcError> {
         let sig = self.signer.sign(method, &args, crate::partition::now_ms());
-        let head =
-            futures::stream::once(async move { Ok::<_, std::io::Error>(wire::frame(&args)) });
-        let stream: BodyStream = match data {
-            Some(d) => Box::pin(head.chain(d)),
-            None => Box::pin(head),
+        let frame = wire::frame(&args);
+        let body = match data {
+            Some(d) => {
+                let head = futures::stream::once(async move { Ok::<_, std::io::Error>(frame) });
+                let stream: BodyStream = Box::pin(head.chain(d));
+                BodyExt::boxed_unsync(http_body_util::StreamBody::new(
+                    stream.map(|r| r.map(Frame::data)),
+                ))
+            }
+            // A body known whole: hyper sends it with the request's end
+            // in the same DATA frame, written with the headers in one
+            // go, where a stream costs the connection task two more
+            // wake-ups and writes (the data, then an empty end frame).
+            None => BodyExt::boxed_unsync(
+                http_body_util::Full::new(frame).map_err(|never| match never {}),
+            ),
         };
-        let body = http_body_util::StreamBody::new(stream.map(|r| r.map(Frame::data)));
         let uri = format!("http://{}{PATH_PREFIX}{method}", self.addr);
         let mut req = http::Request::post(uri)
-            .body(BodyExt::boxed_unsync(body))
+            .body(body)
             .map_err(|e| self.protocol(e.to_string()))?;
         auth::to_headers(&sig, req.headers_mut());
         Ok(req)

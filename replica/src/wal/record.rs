@@ -1,0 +1,447 @@
+//! The records of a node's Raft log file ([`super::Wal`]), and their framing.
+//!
+//! A segment file is an 8-byte header ([`SEGMENT_MAGIC`], whose last byte is
+//! the format version) followed by records:
+//!
+//! | field | bytes |
+//! | --- | --- |
+//! | body length, u32 LE | 4 |
+//! | CRC32C of the body, u32 LE | 4 |
+//! | body | length |
+//!
+//! A body starts with its kind (one byte) and the group it belongs to (u64
+//! LE); what follows depends on the kind:
+//!
+//! - [`Kind::Entries`] and [`Kind::Relocated`]: the count (u32 LE), then
+//!   each entry as its length (u32 LE) and its bincode form. An entry's
+//!   bincode form begins with its log id (openraft's `Entry` serializes
+//!   `log_id` first), so recovery reads the id without decoding the payload.
+//! - [`Kind::Truncate`]: the first index removed (u64 LE).
+//! - [`Kind::Purge`], [`Kind::Vote`], [`Kind::Committed`]: the bincode form
+//!   of the purged log id, the vote, or the (optional) committed log id.
+//!
+//! Entries are encoded by the group's task before they reach the writer
+//! thread ([`Framed::entries`]), so the thread that all groups share only
+//! copies bytes into the file.
+
+use crate::types::{LogEntry, LogId, NodeId};
+use openraft::Vote;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+/// The first bytes of every segment file: "LWWAL", two zero bytes, and the
+/// format version (1).
+pub const SEGMENT_MAGIC: [u8; 8] = *b"LWWAL\0\0\x01";
+
+/// Bytes before a record's body: its length and its CRC.
+pub const FRAME_HEADER: usize = 8;
+
+/// Largest body a record may have. A length above it is read as damage,
+/// never as an allocation to make.
+pub const MAX_BODY: usize = 256 << 20;
+
+/// What a record says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Entries appended after the group's log (a truncation, if any, was
+    /// written before them).
+    Entries = 1,
+    /// Copies of entries a group holds, written again so that the old
+    /// segment holding the originals can be deleted; they take the
+    /// originals' place.
+    Relocated = 2,
+    /// The entries from an index on are removed.
+    Truncate = 3,
+    /// The entries up to a log id are removed, and that id is the purged one.
+    Purge = 4,
+    /// The group's vote.
+    Vote = 5,
+    /// The group's last committed log id (a hint for restarts).
+    Committed = 6,
+}
+
+impl Kind {
+    fn of(byte: u8) -> Option<Kind> {
+        Some(match byte {
+            1 => Kind::Entries,
+            2 => Kind::Relocated,
+            3 => Kind::Truncate,
+            4 => Kind::Purge,
+            5 => Kind::Vote,
+            6 => Kind::Committed,
+            _ => return None,
+        })
+    }
+}
+
+/// Bytes of a body before its kind-specific part: kind and group.
+const BODY_HEAD: usize = 9;
+
+/// Where one entry of a framed record lies within the record's body.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EntrySpan {
+    /// The entry's log id.
+    pub log_id: LogId,
+    /// Offset of its bincode form in the body.
+    pub offset: u32,
+    /// Length of its bincode form.
+    pub len: u32,
+}
+
+/// A record ready to be written: header and body, and for entries where
+/// each one lies in the body.
+#[derive(Debug)]
+pub struct Framed {
+    /// Header and body.
+    pub bytes: Vec<u8>,
+    /// The entries, in order (empty for other kinds).
+    pub spans: Vec<EntrySpan>,
+}
+
+/// A record's body failed to encode or decode.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    /// A field did not encode or decode.
+    #[error("wal record: {0}")]
+    Bincode(#[from] bincode::Error),
+    /// The body does not follow the format.
+    #[error("wal record: {0}")]
+    Malformed(&'static str),
+}
+
+impl Framed {
+    /// The record of `entries` of `group`, as [`Kind::Entries`] or
+    /// [`Kind::Relocated`].
+    pub fn entries(kind: Kind, group: u64, entries: &[LogEntry]) -> Result<Framed, RecordError> {
+        let encoded: Vec<(LogId, Vec<u8>)> = entries
+            .iter()
+            .map(|e| Ok((e.log_id, bincode::serialize(e)?)))
+            .collect::<Result<_, bincode::Error>>()?;
+        Framed::encoded_entries(kind, group, &encoded)
+    }
+
+    /// The record of entries already in bincode form.
+    pub fn encoded_entries(
+        kind: Kind,
+        group: u64,
+        entries: &[(LogId, Vec<u8>)],
+    ) -> Result<Framed, RecordError> {
+        let count = u32::try_from(entries.len()).map_err(|_| RecordError::Malformed("count"))?;
+        let mut body = head(kind, group);
+        body.extend_from_slice(&count.to_le_bytes());
+        let mut spans = Vec::with_capacity(entries.len());
+        for (log_id, bytes) in entries {
+            let len = u32::try_from(bytes.len()).map_err(|_| RecordError::Malformed("entry"))?;
+            body.extend_from_slice(&len.to_le_bytes());
+            let offset =
+                u32::try_from(body.len()).map_err(|_| RecordError::Malformed("too large"))?;
+            body.extend_from_slice(bytes);
+            spans.push(EntrySpan {
+                log_id: *log_id,
+                offset,
+                len,
+            });
+        }
+        Ok(Framed {
+            bytes: frame(&body)?,
+            spans,
+        })
+    }
+
+    /// The record removing `group`'s entries from `since` on.
+    pub fn truncate(group: u64, since: u64) -> Result<Framed, RecordError> {
+        let mut body = head(Kind::Truncate, group);
+        body.extend_from_slice(&since.to_le_bytes());
+        Framed::plain(&body)
+    }
+
+    /// The record of `group`'s purge up to `upto`.
+    pub fn purge(group: u64, upto: &LogId) -> Result<Framed, RecordError> {
+        Framed::value(Kind::Purge, group, upto)
+    }
+
+    /// The record of `group`'s vote.
+    pub fn vote(group: u64, vote: &Vote<NodeId>) -> Result<Framed, RecordError> {
+        Framed::value(Kind::Vote, group, vote)
+    }
+
+    /// The record of `group`'s committed log id.
+    pub fn committed(group: u64, committed: &Option<LogId>) -> Result<Framed, RecordError> {
+        Framed::value(Kind::Committed, group, committed)
+    }
+
+    fn value<T: Serialize>(kind: Kind, group: u64, value: &T) -> Result<Framed, RecordError> {
+        let mut body = head(kind, group);
+        body.extend_from_slice(&bincode::serialize(value)?);
+        Framed::plain(&body)
+    }
+
+    fn plain(body: &[u8]) -> Result<Framed, RecordError> {
+        Ok(Framed {
+            bytes: frame(body)?,
+            spans: Vec::new(),
+        })
+    }
+}
+
+/// A body's first bytes: its kind and group.
+fn head(kind: Kind, group: u64) -> Vec<u8> {
+    let mut body = Vec::with_capacity(256);
+    body.push(kind as u8);
+    body.extend_from_slice(&group.to_le_bytes());
+    body
+}
+
+/// `body` behind its length and CRC.
+fn frame(body: &[u8]) -> Result<Vec<u8>, RecordError> {
+    if body.len() > MAX_BODY {
+        return Err(RecordError::Malformed(
+            "record larger than the largest body",
+        ));
+    }
+    let len = u32::try_from(body.len()).map_err(|_| RecordError::Malformed("too large"))?;
+    let mut bytes = Vec::with_capacity(FRAME_HEADER + body.len());
+    bytes.extend_from_slice(&len.to_le_bytes());
+    bytes.extend_from_slice(&crc(body).to_le_bytes());
+    bytes.extend_from_slice(body);
+    Ok(bytes)
+}
+
+/// The CRC a record header carries for `body`.
+pub fn crc(body: &[u8]) -> u32 {
+    crc_fast::crc32_iscsi(body)
+}
+
+/// A record header: the body's length and CRC.
+pub fn parse_header(header: &[u8; FRAME_HEADER]) -> (usize, u32) {
+    let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
+    let crc = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
+    (usize::try_from(len).unwrap_or(usize::MAX), crc)
+}
+
+/// A decoded record body.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Record {
+    /// [`Kind::Entries`] or [`Kind::Relocated`]: where each entry lies.
+    Entries {
+        /// Which of the two.
+        kind: Kind,
+        /// The group.
+        group: u64,
+        /// The entries' spans in the body.
+        spans: Vec<EntrySpan>,
+    },
+    /// [`Kind::Truncate`].
+    Truncate {
+        /// The group.
+        group: u64,
+        /// The first index removed.
+        since: u64,
+    },
+    /// [`Kind::Purge`].
+    Purge {
+        /// The group.
+        group: u64,
+        /// The last purged log id.
+        upto: LogId,
+    },
+    /// [`Kind::Vote`].
+    Vote {
+        /// The group.
+        group: u64,
+        /// The vote.
+        vote: Vote<NodeId>,
+    },
+    /// [`Kind::Committed`].
+    Committed {
+        /// The group.
+        group: u64,
+        /// The committed log id.
+        committed: Option<LogId>,
+    },
+}
+
+impl Record {
+    /// Decode `body` (whose CRC was checked). Entries are not decoded, only
+    /// their log ids and spans.
+    pub fn decode(body: &[u8]) -> Result<Record, RecordError> {
+        if body.len() < BODY_HEAD {
+            return Err(RecordError::Malformed("short body"));
+        }
+        let kind = Kind::of(body[0]).ok_or(RecordError::Malformed("unknown kind"))?;
+        let group = u64::from_le_bytes(fixed(&body[1..BODY_HEAD])?);
+        let rest = &body[BODY_HEAD..];
+        Ok(match kind {
+            Kind::Entries | Kind::Relocated => Record::Entries {
+                kind,
+                group,
+                spans: spans(body)?,
+            },
+            Kind::Truncate => Record::Truncate {
+                group,
+                since: u64::from_le_bytes(fixed(rest)?),
+            },
+            Kind::Purge => Record::Purge {
+                group,
+                upto: value(rest)?,
+            },
+            Kind::Vote => Record::Vote {
+                group,
+                vote: value(rest)?,
+            },
+            Kind::Committed => Record::Committed {
+                group,
+                committed: value(rest)?,
+            },
+        })
+    }
+}
+
+/// The spans of the entries of an entries body.
+fn spans(body: &[u8]) -> Result<Vec<EntrySpan>, RecordError> {
+    let mut at = BODY_HEAD;
+    let count = u32::from_le_bytes(fixed(slice(body, at, 4)?)?);
+    at += 4;
+    let mut spans = Vec::with_capacity(usize::try_from(count).unwrap_or(0).min(1 << 16));
+    for _ in 0..count {
+        let len = u32::from_le_bytes(fixed(slice(body, at, 4)?)?);
+        at += 4;
+        let bytes = slice(body, at, usize::try_from(len).unwrap_or(usize::MAX))?;
+        let log_id: LogId = bincode::deserialize(bytes)?;
+        spans.push(EntrySpan {
+            log_id,
+            offset: u32::try_from(at).map_err(|_| RecordError::Malformed("offset"))?,
+            len,
+        });
+        at += bytes.len();
+    }
+    if at != body.len() {
+        return Err(RecordError::Malformed("bytes after the entries"));
+    }
+    Ok(spans)
+}
+
+/// The entry `span` names in `body`, decoded.
+pub fn entry_at(body: &[u8], span: &EntrySpan) -> Result<LogEntry, RecordError> {
+    let offset = usize::try_from(span.offset).map_err(|_| RecordError::Malformed("offset"))?;
+    let len = usize::try_from(span.len).map_err(|_| RecordError::Malformed("length"))?;
+    Ok(bincode::deserialize(slice(body, offset, len)?)?)
+}
+
+/// The raw bytes of the entry `span` names in `body`.
+pub fn entry_bytes<'a>(body: &'a [u8], span: &EntrySpan) -> Result<&'a [u8], RecordError> {
+    let offset = usize::try_from(span.offset).map_err(|_| RecordError::Malformed("offset"))?;
+    let len = usize::try_from(span.len).map_err(|_| RecordError::Malformed("length"))?;
+    slice(body, offset, len)
+}
+
+fn slice(body: &[u8], at: usize, len: usize) -> Result<&[u8], RecordError> {
+    let end = at
+        .checked_add(len)
+        .ok_or(RecordError::Malformed("length"))?;
+    body.get(at..end)
+        .ok_or(RecordError::Malformed("entry past the body"))
+}
+
+fn fixed<const N: usize>(bytes: &[u8]) -> Result<[u8; N], RecordError> {
+    bytes
+        .get(..N)
+        .and_then(|b| b.try_into().ok())
+        .ok_or(RecordError::Malformed("short field"))
+}
+
+fn value<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, RecordError> {
+    Ok(bincode::deserialize(bytes)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::Mutation;
+    use laneway_store::index::WriteBatch;
+
+    fn entry(index: u64, term: u64, body: usize) -> LogEntry {
+        let mut batch = WriteBatch::default();
+        batch.put(b"key".to_vec(), vec![9; body]);
+        LogEntry {
+            log_id: LogId::new(openraft::CommittedLeaderId::new(term, 2), index),
+            payload: openraft::EntryPayload::Normal(Mutation::of_batch(&batch)),
+        }
+    }
+
+    fn body(framed: &Framed) -> &[u8] {
+        let header: [u8; FRAME_HEADER] = framed.bytes[..FRAME_HEADER].try_into().expect("header");
+        let (len, sum) = parse_header(&header);
+        let body = &framed.bytes[FRAME_HEADER..];
+        assert_eq!(body.len(), len);
+        assert_eq!(crc(body), sum);
+        body
+    }
+
+    #[test]
+    fn an_entry_s_bincode_form_begins_with_its_log_id() {
+        let e = entry(17, 3, 10);
+        let bytes = bincode::serialize(&e).expect("encode");
+        let id: LogId = bincode::deserialize(&bytes).expect("prefix");
+        assert_eq!(id, e.log_id);
+    }
+
+    #[test]
+    fn entries_round_trip_with_their_spans() {
+        let entries: Vec<LogEntry> = (5..8usize).map(|i| entry(i as u64, 2, 100 * i)).collect();
+        let framed = Framed::entries(Kind::Entries, 42, &entries).expect("frame");
+        let Record::Entries { kind, group, spans } = Record::decode(body(&framed)).expect("decode")
+        else {
+            panic!("not entries");
+        };
+        assert_eq!((kind, group), (Kind::Entries, 42));
+        assert_eq!(spans, framed.spans);
+        for (span, want) in spans.iter().zip(&entries) {
+            assert_eq!(&entry_at(body(&framed), span).expect("entry"), want);
+        }
+    }
+
+    #[test]
+    fn small_records_round_trip() {
+        let id = LogId::new(openraft::CommittedLeaderId::new(4, 1), 9);
+        let vote = Vote::new_committed(4, 1);
+        let cases = [
+            (
+                Framed::truncate(3, 77),
+                Record::Truncate {
+                    group: 3,
+                    since: 77,
+                },
+            ),
+            (Framed::purge(3, &id), Record::Purge { group: 3, upto: id }),
+            (Framed::vote(3, &vote), Record::Vote { group: 3, vote }),
+            (
+                Framed::committed(3, &Some(id)),
+                Record::Committed {
+                    group: 3,
+                    committed: Some(id),
+                },
+            ),
+        ];
+        for (framed, want) in cases {
+            let framed = framed.expect("frame");
+            assert_eq!(Record::decode(body(&framed)).expect("decode"), want);
+        }
+    }
+
+    #[test]
+    fn damaged_bodies_are_errors_not_panics() {
+        let entries = vec![entry(1, 1, 50)];
+        let framed = Framed::entries(Kind::Entries, 1, &entries).expect("frame");
+        let good = body(&framed).to_vec();
+        for cut in 0..good.len() {
+            assert!(Record::decode(&good[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut unknown = good.clone();
+        unknown[0] = 99;
+        assert!(Record::decode(&unknown).is_err());
+        let mut long = good;
+        long.push(0);
+        assert!(Record::decode(&long).is_err(), "trailing bytes");
+    }
+}

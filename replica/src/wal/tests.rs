@@ -1,0 +1,471 @@
+//! Tests of the node's Raft log file: what is acknowledged comes back
+//! after a reopen, segments are deleted and relocated as the file's bounds
+//! say, a torn tail is cut off and damage elsewhere refused, and a random
+//! model run (appends, truncations, purges, votes over several groups with
+//! tiny segments, reopened every few steps) always reads back what a plain
+//! in-memory model holds.
+
+use super::*;
+use crate::types::{LogEntry, LogId, Mutation};
+use laneway_store::index::WriteBatch;
+use openraft::storage::RaftLogStorage;
+use openraft::{RaftLogReader, Vote};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::collections::BTreeMap;
+
+fn id(term: u64, index: u64) -> LogId {
+    LogId::new(openraft::CommittedLeaderId::new(term, 1), index)
+}
+
+fn entry(term: u64, index: u64, body: usize) -> LogEntry {
+    let mut batch = WriteBatch::default();
+    batch.put(
+        format!("k{index}").into_bytes(),
+        vec![(index % 251) as u8; body],
+    );
+    LogEntry {
+        log_id: id(term, index),
+        payload: openraft::EntryPayload::Normal(Mutation::of_batch(&batch)),
+    }
+}
+
+fn tiny() -> Limits {
+    Limits {
+        segment_bytes: 16 << 10,
+        slack_bytes: 32 << 10,
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+async fn append(log: &mut WalLog, entries: Vec<LogEntry>) {
+    log.write_entries(&entries).await.expect("append");
+}
+
+async fn all(log: &mut WalLog) -> Vec<LogEntry> {
+    log.try_get_log_entries(0..).await.expect("read")
+}
+
+#[test]
+fn what_was_acknowledged_comes_back_after_a_reopen() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = runtime();
+    rt.block_on(async {
+        let wal = Wal::open(dir.path()).expect("open");
+        let mut a = wal.log(1);
+        let mut b = wal.log(2);
+        append(&mut a, (1..=5).map(|i| entry(1, i, 100)).collect()).await;
+        append(&mut b, (1..=3).map(|i| entry(1, i, 10)).collect()).await;
+        a.truncate(id(1, 4)).await.expect("truncate");
+        append(&mut a, vec![entry(2, 4, 7)]).await;
+        a.purge(id(1, 1)).await.expect("purge");
+        a.save_vote(&Vote::new_committed(2, 1)).await.expect("vote");
+        a.save_committed(Some(id(2, 4))).await.expect("committed");
+        b.save_vote(&Vote::new(3, 9)).await.expect("vote");
+        // The committed id travels with the next record of its group.
+        append(&mut a, vec![entry(2, 5, 7)]).await;
+    });
+    rt.block_on(async {
+        let wal = Wal::open(dir.path()).expect("reopen");
+        let mut a = wal.log(1);
+        let mut b = wal.log(2);
+        let got: Vec<LogId> = all(&mut a).await.iter().map(|e| e.log_id).collect();
+        assert_eq!(got, vec![id(1, 2), id(1, 3), id(2, 4), id(2, 5)]);
+        assert_eq!(all(&mut a).await[2], entry(2, 4, 7));
+        let state = a.get_log_state().await.expect("state");
+        assert_eq!(state.last_purged_log_id, Some(id(1, 1)));
+        assert_eq!(state.last_log_id, Some(id(2, 5)));
+        assert_eq!(
+            a.read_vote().await.expect("vote"),
+            Some(Vote::new_committed(2, 1))
+        );
+        assert_eq!(a.read_committed().await.expect("committed"), Some(id(2, 4)));
+        assert_eq!(b.read_vote().await.expect("vote"), Some(Vote::new(3, 9)));
+        assert_eq!(all(&mut b).await.len(), 3);
+        assert!(
+            wal.log(3)
+                .get_log_state()
+                .await
+                .expect("state")
+                .last_log_id
+                .is_none()
+        );
+    });
+}
+
+#[test]
+fn purged_segments_are_deleted_and_an_idle_group_is_relocated() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = runtime();
+    rt.block_on(async {
+        let wal = Wal::open_with(dir.path(), tiny()).expect("open");
+        let mut idle = wal.log(7);
+        let mut busy = wal.log(8);
+        append(&mut idle, vec![entry(1, 1, 50), entry(1, 2, 50)]).await;
+        for i in 1..=400 {
+            append(&mut busy, vec![entry(1, i, 500)]).await;
+            if i % 20 == 0 {
+                busy.purge(id(1, i - 5)).await.expect("purge");
+            }
+        }
+        let stats = wal.stats();
+        // About 200 KiB went through 16 KiB segments: without deletion and
+        // relocation the idle group's first entries would keep all of it.
+        assert!(stats.disk_bytes < 100 << 10, "{stats:?}");
+        assert!(stats.relocated_bytes > 0, "{stats:?}");
+        assert!(
+            segment::list(dir.path()).expect("list")[0] > 1,
+            "the first segment is gone"
+        );
+        assert_eq!(all(&mut idle).await, vec![entry(1, 1, 50), entry(1, 2, 50)]);
+    });
+    rt.block_on(async {
+        let wal = Wal::open_with(dir.path(), tiny()).expect("reopen");
+        assert_eq!(
+            all(&mut wal.log(7)).await,
+            vec![entry(1, 1, 50), entry(1, 2, 50)]
+        );
+        let busy: Vec<u64> = all(&mut wal.log(8))
+            .await
+            .iter()
+            .map(|e| e.log_id.index)
+            .collect();
+        assert_eq!(busy, (396..=400).collect::<Vec<u64>>());
+    });
+}
+
+#[test]
+fn a_large_idle_log_is_relocated_a_segment_at_a_time_and_the_file_stays_bounded() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = runtime();
+    rt.block_on(async {
+        let wal = Wal::open_with(dir.path(), tiny()).expect("open");
+        let mut idle = wal.log(1);
+        let mut busy = wal.log(2);
+        // About six segments' worth that will never be purged.
+        let held: Vec<LogEntry> = (1..=200).map(|i| entry(1, i, 500)).collect();
+        for e in &held {
+            append(&mut idle, vec![e.clone()]).await;
+        }
+        let mut most = 0;
+        for i in 1..=2000 {
+            append(&mut busy, vec![entry(1, i, 500)]).await;
+            if i % 10 == 0 {
+                busy.purge(id(1, i - 2)).await.expect("purge");
+            }
+            most = most.max(wal.stats().disk_bytes);
+        }
+        let stats = wal.stats();
+        // Twice what the groups hold, the slack, and a segment being filled.
+        let bound = 2 * stats.live_bytes + tiny().slack_bytes + 2 * tiny().segment_bytes;
+        assert!(most <= bound, "{most} > {bound}: {stats:?}");
+        assert!(stats.relocated_bytes > 0, "{stats:?}");
+        assert_eq!(all(&mut idle).await, held);
+    });
+    rt.block_on(async {
+        let wal = Wal::open_with(dir.path(), tiny()).expect("reopen");
+        assert_eq!(all(&mut wal.log(1)).await.len(), 200);
+        assert_eq!(all(&mut wal.log(2)).await.len(), 2);
+    });
+}
+
+#[test]
+fn a_torn_tail_is_cut_off_and_damage_elsewhere_refused() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = runtime();
+    rt.block_on(async {
+        let wal = Wal::open_with(dir.path(), tiny()).expect("open");
+        let mut log = wal.log(1);
+        for i in 1..=100 {
+            append(&mut log, vec![entry(1, i, 400)]).await;
+        }
+    });
+    let ids = segment::list(dir.path()).expect("list");
+    assert!(ids.len() > 2, "{ids:?}");
+    let newest = segment::path(dir.path(), *ids.last().expect("one"));
+    // A record whose body never fully arrived.
+    let mut f = OpenOptions::new().append(true).open(&newest).expect("open");
+    f.write_all(&[200, 0, 0, 0, 1, 2, 3, 4, 9, 9])
+        .expect("write");
+    drop(f);
+    rt.block_on(async {
+        let wal = Wal::open_with(dir.path(), tiny()).expect("reopen");
+        let mut log = wal.log(1);
+        assert_eq!(all(&mut log).await.len(), 100);
+        append(&mut log, vec![entry(1, 101, 10)]).await;
+    });
+    rt.block_on(async {
+        let wal = Wal::open_with(dir.path(), tiny()).expect("reopen");
+        assert_eq!(all(&mut wal.log(1)).await.len(), 101);
+    });
+    // A flipped byte in an older segment is not silently skipped.
+    let older = segment::path(dir.path(), ids[ids.len() - 2]);
+    let mut bytes = std::fs::read(&older).expect("read");
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0xff;
+    std::fs::write(&older, bytes).expect("write");
+    let err = Wal::open_with(dir.path(), tiny()).err().expect("refused");
+    assert_eq!(err.kind(), std::io::ErrorKind::InvalidData, "{err}");
+}
+
+/// The model of one group's log.
+#[derive(Default, Clone, Debug, PartialEq)]
+struct Model {
+    entries: BTreeMap<u64, LogEntry>,
+    purged: Option<LogId>,
+    vote: Option<Vote<u64>>,
+}
+
+#[test]
+fn a_random_run_reopened_often_matches_a_model() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = runtime();
+    let mut rng = StdRng::seed_from_u64(0x5eed);
+    let mut models: BTreeMap<u64, Model> = BTreeMap::new();
+    let mut term = 1;
+    let mut relocated = 0;
+    for round in 0..13 {
+        rt.block_on(async {
+            let wal = Wal::open_with(dir.path(), tiny()).expect("open");
+            for (g, model) in &models {
+                check(&wal, *g, model, round).await;
+            }
+            if round == 12 {
+                return;
+            }
+            for _ in 0..120 {
+                let g = rng.random_range(0..4u64);
+                let model = models.entry(g).or_default();
+                let mut log = wal.log(g);
+                let last = model
+                    .entries
+                    .keys()
+                    .next_back()
+                    .copied()
+                    .or(model.purged.map(|p| p.index))
+                    .unwrap_or(0);
+                match rng.random_range(0..10) {
+                    0..=5 => {
+                        let n = rng.random_range(1..4);
+                        let new: Vec<LogEntry> = (last + 1..=last + n)
+                            .map(|i| entry(term, i, rng.random_range(0..900)))
+                            .collect();
+                        for e in &new {
+                            model.entries.insert(e.log_id.index, e.clone());
+                        }
+                        append(&mut log, new).await;
+                    }
+                    6 if last > 0 => {
+                        let since =
+                            rng.random_range(model.purged.map_or(1, |p| p.index + 1)..=last + 1);
+                        model.entries.retain(|i, _| *i < since);
+                        log.truncate(id(term, since)).await.expect("truncate");
+                        term += 1;
+                    }
+                    7 if last > 0 => {
+                        let upto = rng.random_range(model.purged.map_or(0, |p| p.index)..=last + 2);
+                        let upto = id(term, upto);
+                        if model.purged.is_none_or(|p| p.index < upto.index) {
+                            model.entries.retain(|i, _| *i > upto.index);
+                            model.purged = Some(upto);
+                        }
+                        log.purge(upto).await.expect("purge");
+                    }
+                    8 => {
+                        let vote = Vote::new(term, g);
+                        model.vote = Some(vote);
+                        log.save_vote(&vote).await.expect("vote");
+                    }
+                    _ => {}
+                }
+            }
+            // Purges are written without a sync of their own: one synced
+            // record makes them durable before the "crash" (the drop).
+            for g in models.keys() {
+                wal.log(*g)
+                    .save_vote(&models[g].vote.unwrap_or(Vote::new(0, 0)))
+                    .await
+                    .expect("sync");
+            }
+            for model in models.values_mut() {
+                model.vote = Some(model.vote.unwrap_or(Vote::new(0, 0)));
+            }
+            relocated += wal.stats().relocated_bytes;
+        });
+    }
+    // The run went through segment deletions and relocations.
+    let segments = segment::list(dir.path()).expect("list");
+    assert!(segments.len() < 20, "{segments:?} left");
+    assert!(segments[0] > 10, "{segments:?} left");
+    assert!(relocated > 0);
+}
+
+async fn check(wal: &Wal, g: u64, model: &Model, round: usize) {
+    let mut log = wal.log(g);
+    let got = all(&mut log).await;
+    let want: Vec<LogEntry> = model.entries.values().cloned().collect();
+    assert_eq!(got, want, "group {g} after round {round}");
+    let state = log.get_log_state().await.expect("state");
+    assert_eq!(state.last_purged_log_id, model.purged, "group {g}");
+    let last = model
+        .entries
+        .values()
+        .next_back()
+        .map(|e| e.log_id)
+        .or(model.purged);
+    assert_eq!(state.last_log_id, last, "group {g}");
+    assert_eq!(
+        log.read_vote().await.expect("vote"),
+        model.vote,
+        "group {g}"
+    );
+}
+
+/// The environment variable that makes [`crash_child`] run: the directory
+/// of the log file it appends to.
+const CRASH_DIR: &str = "LANEWAY_WAL_CRASH_DIR";
+
+/// Groups the crash test writes.
+const CRASH_GROUPS: u64 = 4;
+
+/// Small segments, so that rotations, deletions and relocations happen
+/// while the child is killed.
+fn crash_limits() -> Limits {
+    Limits {
+        segment_bytes: 64 << 10,
+        slack_bytes: 64 << 10,
+    }
+}
+
+/// The entry the crash test writes at `index` of `group` (its content
+/// follows from both, so a reader can check it byte for byte).
+fn crash_entry(group: u64, index: u64) -> LogEntry {
+    entry(
+        1,
+        index,
+        usize::try_from((group * 131 + index * 17) % 700).unwrap_or(0),
+    )
+}
+
+/// Not a test of its own: the child process of
+/// [`acknowledged_appends_survive_sigkill_of_the_writer`]. It appends to
+/// the log file in `$LANEWAY_WAL_CRASH_DIR` until killed, purging now and
+/// then, and prints every acknowledged append as "group index".
+#[test]
+fn crash_child() {
+    let Some(dir) = std::env::var_os(CRASH_DIR) else {
+        return;
+    };
+    use std::io::Write;
+    let rt = runtime();
+    rt.block_on(async {
+        let wal = Wal::open_with(std::path::Path::new(&dir), crash_limits()).expect("open");
+        let mut logs: Vec<WalLog> = (0..CRASH_GROUPS).map(|g| wal.log(g)).collect();
+        let mut next = Vec::new();
+        for log in &mut logs {
+            let last = log.get_log_state().await.expect("state").last_log_id;
+            next.push(last.map_or(1, |l| l.index + 1));
+        }
+        let mut out = std::io::stdout().lock();
+        for step in 0u64.. {
+            let g = step % CRASH_GROUPS;
+            let slot = usize::try_from(g).unwrap_or(0);
+            let i = next[slot];
+            logs[slot]
+                .write_entries(&[crash_entry(g, i)])
+                .await
+                .expect("append");
+            writeln!(out, "{g} {i}").expect("print");
+            out.flush().expect("flush");
+            next[slot] = i + 1;
+            // Group 0 keeps everything (its old entries get relocated);
+            // the others purge behind them.
+            if g != 0 && i % 40 == 0 {
+                logs[slot].purge(id(1, i - 5)).await.expect("purge");
+            }
+        }
+    });
+}
+
+#[test]
+fn acknowledged_appends_survive_sigkill_of_the_writer() {
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let exe = std::env::current_exe().expect("test binary");
+    let mut acked = vec![0u64; usize::try_from(CRASH_GROUPS).unwrap_or(0)];
+    let rt = runtime();
+    for round in 0..5u64 {
+        let mut child = Command::new(&exe)
+            .args([
+                "--exact",
+                "wal::tests::crash_child",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
+            .env(CRASH_DIR, dir.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn the writer");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut seen = 0;
+        for line in std::io::BufReader::new(stdout).lines() {
+            let line = line.expect("line");
+            let mut parts = line.split_whitespace().map(str::parse::<u64>);
+            let (Some(Ok(g)), Some(Ok(i)), None) = (parts.next(), parts.next(), parts.next())
+            else {
+                continue;
+            };
+            acked[usize::try_from(g).unwrap_or(0)] = i;
+            seen += 1;
+            if seen == 400 + round * 97 {
+                break;
+            }
+        }
+        // SIGKILL while it writes: whatever it had not acknowledged may
+        // be cut short.
+        child.kill().expect("kill");
+        let _ = child.wait();
+        rt.block_on(async {
+            let wal = Wal::open_with(dir.path(), crash_limits()).expect("recover");
+            for g in 0..CRASH_GROUPS {
+                let mut log = wal.log(g);
+                let state = log.get_log_state().await.expect("state");
+                let last = state.last_log_id.map_or(0, |l| l.index);
+                let want = acked[usize::try_from(g).unwrap_or(0)];
+                assert!(
+                    last >= want,
+                    "round {round}, group {g}: log ends at {last}, {want} acknowledged"
+                );
+                let first = state.last_purged_log_id.map_or(1, |p| p.index + 1);
+                let got = all(&mut log).await;
+                assert_eq!(
+                    got.len() as u64,
+                    last + 1 - first,
+                    "round {round}, group {g}: a gap"
+                );
+                for e in &got {
+                    assert_eq!(
+                        e,
+                        &crash_entry(g, e.log_id.index),
+                        "round {round}, group {g}"
+                    );
+                }
+                if g == 0 {
+                    assert_eq!(first, 1, "group 0 never purges");
+                }
+            }
+        });
+    }
+    let segments = segment::list(dir.path()).expect("list");
+    assert!(segments[0] > 1, "old segments were deleted: {segments:?}");
+}

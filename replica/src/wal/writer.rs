@@ -1,0 +1,411 @@
+//! The one thread that writes a node's Raft log file: every group's
+//! appends, truncations, purges and votes, in the order they were queued.
+//!
+//! Each turn takes every job queued (at most [`TURN_JOBS`]), writes their
+//! records with one `write`, and when any of them must be durable (an
+//! append, a truncation, a vote) syncs the file once for all of them; only
+//! then does it record their effect in the shared [`WalState`] and answer
+//! them. So the appends that a leader's batch call brings a follower's
+//! groups at one moment share one write, one fdatasync and one wake-up of
+//! this thread.
+//!
+//! After a turn it keeps the file bounded ([`Writer::maintain`]): a segment
+//! that reached [`Limits::segment_bytes`] is closed (synced) and a new one
+//! begun with a checkpoint of every group's vote, committed and purged ids;
+//! segments older than every group's first entry are deleted; and when the
+//! file holds more than twice what the groups still need (plus
+//! [`Limits::slack_bytes`]), the entries the oldest segment still holds are
+//! written again at the end ([`Kind::Relocated`]) so it can go: at most a
+//! segment's worth a rotation, so the file stays within about twice what
+//! the groups hold whatever they do. A group that stopped writing (an
+//! idle partition, a replica that moved away) therefore never holds the
+//! whole file on disk.
+//!
+//! A failed write or sync leaves the file's state unknown (after a failed
+//! fsync the kernel may have dropped the dirty pages), so the writer fails
+//! every later job: the node must be restarted, and recovery reads back
+//! what reached the disk.
+
+use super::record::{Framed, Kind, entry_bytes};
+use super::segment;
+use super::state::{Location, WalState};
+use crate::types::{LogId, NodeId};
+use openraft::Vote;
+use std::fs::File;
+use std::io::{self, Write};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+use tokio::sync::{mpsc, oneshot};
+
+/// Most jobs one turn takes.
+pub const TURN_JOBS: usize = 1024;
+
+/// Largest relocated record body (a group's entries are relocated in
+/// records of about this size).
+const RELOCATE_RECORD_BYTES: usize = 8 << 20;
+
+/// Sizes that bound the file.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// A segment that reaches this size is closed and a new one begun.
+    pub segment_bytes: u64,
+    /// What the file may hold beyond twice the groups' entries before the
+    /// oldest segment's entries are relocated.
+    pub slack_bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            segment_bytes: 64 << 20,
+            slack_bytes: 256 << 20,
+        }
+    }
+}
+
+/// What a record does to its group once written.
+pub enum Effect {
+    /// Entries appended.
+    Appended,
+    /// Copies of entries written again, in place of the originals.
+    Relocated,
+    /// Entries from this index on removed.
+    Truncated(u64),
+    /// Entries up to this id removed.
+    Purged(LogId),
+    /// A vote saved.
+    Voted(Vote<NodeId>),
+    /// A committed id saved.
+    Committed(Option<LogId>),
+}
+
+/// A record to write and what it does.
+pub struct Pending {
+    /// The record.
+    pub framed: Framed,
+    /// Its effect.
+    pub effect: Effect,
+}
+
+/// One caller's records, all of one group, and whom to answer.
+pub struct Job {
+    /// The group.
+    pub group: u64,
+    /// Its records, in order.
+    pub records: Vec<Pending>,
+    /// Whether they must be durable before the answer.
+    pub sync: bool,
+    /// The answer.
+    pub done: oneshot::Sender<io::Result<()>>,
+}
+
+/// The writer thread's state.
+pub struct Writer {
+    dir: PathBuf,
+    state: Arc<Mutex<WalState>>,
+    limits: Limits,
+    file: File,
+    segment: u64,
+    len: u64,
+    failed: Option<String>,
+    /// Bytes written by relocations since the file was opened.
+    relocated: Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// Lock `state`, whatever a panicking holder left.
+pub fn lock(state: &Mutex<WalState>) -> MutexGuard<'_, WalState> {
+    state.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Writer {
+    /// A writer appending to segment `segment` (open as `file`, `len`
+    /// bytes long) of the log in `dir`.
+    pub fn new(
+        dir: PathBuf,
+        state: Arc<Mutex<WalState>>,
+        limits: Limits,
+        (segment, file, len): (u64, File, u64),
+        relocated: Arc<std::sync::atomic::AtomicU64>,
+    ) -> Writer {
+        Writer {
+            dir,
+            state,
+            limits,
+            file,
+            segment,
+            len,
+            failed: None,
+            relocated,
+        }
+    }
+
+    /// Serve `jobs` until every sender is gone.
+    pub fn run(mut self, mut jobs: mpsc::Receiver<Job>) {
+        let mut turn = Vec::with_capacity(64);
+        while let Some(first) = jobs.blocking_recv() {
+            turn.push(first);
+            while turn.len() < TURN_JOBS {
+                match jobs.try_recv() {
+                    Ok(job) => turn.push(job),
+                    Err(_) => break,
+                }
+            }
+            let result = self.write_turn(&mut turn);
+            for job in turn.drain(..) {
+                let answer = match &result {
+                    Ok(()) => Ok(()),
+                    Err(e) => Err(io::Error::other(e.clone())),
+                };
+                let _ = job.done.send(answer);
+            }
+            if result.is_ok()
+                && let Err(e) = self.maintain()
+            {
+                self.fail(&e);
+            }
+        }
+    }
+
+    /// Write, sync if needed, and record the effects of `turn`'s jobs.
+    fn write_turn(&mut self, turn: &mut [Job]) -> Result<(), String> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        let mut buf = Vec::new();
+        let mut effects = Vec::new();
+        for job in turn.iter_mut() {
+            for pending in job.records.drain(..) {
+                let at = self.len + buf.len() as u64;
+                buf.extend_from_slice(&pending.framed.bytes);
+                effects.push((job.group, at, pending));
+            }
+        }
+        let sync = turn.iter().any(|j| j.sync);
+        if let Err(e) = self.append(&buf, sync) {
+            return Err(self.fail(&e));
+        }
+        let mut state = lock(&self.state);
+        for (group, at, pending) in effects {
+            apply(&mut state, self.segment, group, at, pending);
+        }
+        if let Some(s) = state.segments.get_mut(&self.segment) {
+            s.bytes = self.len;
+        }
+        Ok(())
+    }
+
+    /// Append `buf` to the segment, and sync it when `sync`.
+    fn append(&mut self, buf: &[u8], sync: bool) -> io::Result<()> {
+        self.file.write_all(buf)?;
+        self.len += buf.len() as u64;
+        if sync {
+            self.file.sync_data()?;
+        }
+        Ok(())
+    }
+
+    /// Remember that the file failed; every later job gets this error.
+    fn fail(&mut self, e: &io::Error) -> String {
+        let message = format!("raft log file failed (restart the node): {e}");
+        tracing::error!("{message}");
+        self.failed = Some(message.clone());
+        message
+    }
+
+    /// Begin a new segment when this one is full, then delete what no group
+    /// needs, and when the file is bloated relocate what the oldest
+    /// segment still holds so it can go too.
+    pub fn maintain(&mut self) -> io::Result<()> {
+        if self.len < self.limits.segment_bytes {
+            return Ok(());
+        }
+        self.rotate()?;
+        self.collect()?;
+        if self.bloated() {
+            let oldest = lock(&self.state).segments.keys().next().copied();
+            if let Some(oldest) = oldest.filter(|s| *s != self.segment) {
+                self.relocate(oldest)?;
+                self.file.sync_data()?;
+                self.collect()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sync this segment and begin the next with a checkpoint of every
+    /// group.
+    fn rotate(&mut self) -> io::Result<()> {
+        self.file.sync_data()?;
+        let checkpoint = checkpoint(&lock(&self.state))?;
+        let next = self.segment + 1;
+        let (file, len) = segment::create(&self.dir, next, &checkpoint)?;
+        let reader = File::open(segment::path(&self.dir, next))?;
+        lock(&self.state).segments.insert(
+            next,
+            super::state::Segment {
+                file: Arc::new(reader),
+                bytes: len,
+            },
+        );
+        self.file = file;
+        self.segment = next;
+        self.len = len;
+        Ok(())
+    }
+
+    /// Delete the segments before the oldest one a group needs (never the
+    /// one being written). Everything written so far is synced (a rotation
+    /// or a relocation just synced), so no purge these deletions rest on
+    /// can be lost.
+    fn collect(&mut self) -> io::Result<()> {
+        let doomed: Vec<u64> = {
+            let mut state = lock(&self.state);
+            let keep = state
+                .oldest_needed()
+                .unwrap_or(self.segment)
+                .min(self.segment);
+            let doomed: Vec<u64> = state.segments.range(..keep).map(|(id, _)| *id).collect();
+            for id in &doomed {
+                state.segments.remove(id);
+            }
+            doomed
+        };
+        if doomed.is_empty() {
+            return Ok(());
+        }
+        for id in &doomed {
+            std::fs::remove_file(segment::path(&self.dir, *id))?;
+        }
+        // A deleted segment must not come back after a crash while a later
+        // one it depended on (say, holding a truncation) stays deleted.
+        segment::sync_dir(&self.dir)
+    }
+
+    /// Whether the file holds more than twice what the groups need, plus
+    /// the slack.
+    fn bloated(&self) -> bool {
+        let state = lock(&self.state);
+        state.disk_bytes()
+            > state
+                .live_bytes()
+                .saturating_mul(2)
+                .saturating_add(self.limits.slack_bytes)
+    }
+
+    /// Write the entries `segment` still holds again at the end of the
+    /// file, each group's in records of about [`RELOCATE_RECORD_BYTES`].
+    /// At most a segment's worth is copied, so a turn that relocates is
+    /// bounded however large a group's log is.
+    fn relocate(&mut self, segment: u64) -> io::Result<()> {
+        let (found, file) = {
+            let state = lock(&self.state);
+            let Some(file) = state.segments.get(&segment).map(|s| Arc::clone(&s.file)) else {
+                return Ok(());
+            };
+            (state.entries_in(segment), file)
+        };
+        for (group, locations) in found {
+            let mut chunk: Vec<(LogId, Vec<u8>)> = Vec::new();
+            let mut chunk_bytes = 0;
+            let mut body: Option<(u64, Vec<u8>)> = None;
+            for l in &locations {
+                if body.as_ref().is_none_or(|(at, _)| *at != l.record) {
+                    body = Some((l.record, segment::read_record(&file, l.record, l.body_len)?));
+                }
+                let Some((_, b)) = &body else { continue };
+                let bytes = entry_bytes(b, &l.span).map_err(io::Error::other)?;
+                chunk_bytes += bytes.len();
+                chunk.push((l.span.log_id, bytes.to_vec()));
+                if chunk_bytes >= RELOCATE_RECORD_BYTES {
+                    self.write_relocated(group, &mut chunk)?;
+                    chunk_bytes = 0;
+                }
+            }
+            self.write_relocated(group, &mut chunk)?;
+        }
+        Ok(())
+    }
+
+    /// Write `chunk` (taken) as one relocated record of `group`.
+    fn write_relocated(&mut self, group: u64, chunk: &mut Vec<(LogId, Vec<u8>)>) -> io::Result<()> {
+        if chunk.is_empty() {
+            return Ok(());
+        }
+        let framed =
+            Framed::encoded_entries(Kind::Relocated, group, chunk).map_err(io::Error::other)?;
+        chunk.clear();
+        let at = self.len;
+        self.append(&framed.bytes, false)?;
+        self.relocated.fetch_add(
+            framed.bytes.len() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        let mut state = lock(&self.state);
+        apply(
+            &mut state,
+            self.segment,
+            group,
+            at,
+            Pending {
+                framed,
+                effect: Effect::Relocated,
+            },
+        );
+        if let Some(s) = state.segments.get_mut(&self.segment) {
+            s.bytes = self.len;
+        }
+        Ok(())
+    }
+}
+
+/// Record in `state` what `pending`, written at offset `at` of `segment`,
+/// does to `group`.
+pub fn apply(state: &mut WalState, segment: u64, group: u64, at: u64, pending: Pending) {
+    let body_len =
+        u32::try_from(pending.framed.bytes.len() - super::record::FRAME_HEADER).unwrap_or(u32::MAX);
+    let locations = || -> Vec<Location> {
+        pending
+            .framed
+            .spans
+            .iter()
+            .map(|span| Location {
+                segment,
+                record: at,
+                body_len,
+                span: *span,
+            })
+            .collect()
+    };
+    let g = state.group(group);
+    match pending.effect {
+        Effect::Appended => g.appended(&locations()),
+        Effect::Relocated => g.relocated(&locations()),
+        Effect::Truncated(since) => g.truncated(since),
+        Effect::Purged(upto) => g.purged(upto),
+        Effect::Voted(vote) => g.vote = Some(vote),
+        Effect::Committed(c) => g.committed = c,
+    }
+}
+
+/// The records that open a new segment: every group's vote, committed id
+/// and purged id, so the segments before it may be deleted without losing
+/// them.
+fn checkpoint(state: &WalState) -> io::Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    for (id, g) in &state.groups {
+        let mut records = Vec::new();
+        if let Some(v) = &g.vote {
+            records.push(Framed::vote(*id, v));
+        }
+        if g.committed.is_some() {
+            records.push(Framed::committed(*id, &g.committed));
+        }
+        if let Some(p) = &g.purged {
+            records.push(Framed::purge(*id, p));
+        }
+        for r in records {
+            bytes.extend_from_slice(&r.map_err(io::Error::other)?.bytes);
+        }
+    }
+    Ok(bytes)
+}
