@@ -661,6 +661,9 @@ def test_cluster_status_names_every_groups_leader_and_replicas(cluster):
         assert sorted(nodes) == ["store-1", "store-2", "store-3"], g
         assert g["leader"] in nodes and g["health"] == "ok", g
         assert sum(1 for r in g["replicas"] if r["leader"]) == 1, g
+        # Its log, in the leader's node's log file, holds at least the
+        # entry a new leader writes (a purge keeps the newest entries).
+        assert all(r["log_bytes"] > 0 for r in g["replicas"] if r["leader"]), g
     # The gateways' /metrics say the same (their leader watch's last round).
     def metrics_agree() -> bool:
         req = urllib.request.Request(cluster.gateways[1].admin + "/metrics")
@@ -670,6 +673,7 @@ def test_cluster_status_names_every_groups_leader_and_replicas(cluster):
         return all(
             f'laneway_group_replica_leader{{group="{g["group"]}",node="{g["leader"]}"}} 1' in text
             and f'laneway_group_healthy{{group="{g["group"]}"}} 1' in text
+            and f'laneway_group_replica_log_bytes{{group="{g["group"]}",node="{g["leader"]}"}} ' in text
             for g in cluster_status(cluster)["groups"]
         )
     poll(metrics_agree, READ_DEADLINE_S, interval=1.0, what="/metrics names each group's leader")

@@ -90,6 +90,8 @@ pub struct RaftGroup {
     raft: PartitionRaft,
     handle: Handle,
     lease: Lease,
+    /// The group's log (for its size in the status).
+    log: RaftLog,
 }
 
 /// What a group's leader reads under without a read-index round
@@ -276,6 +278,7 @@ impl Group for RaftGroup {
                 .flatten()
                 .map(|(id, l)| (*id, l.map_or(0, |l| l.index)))
                 .collect(),
+            log_bytes: self.log.stored_bytes(),
         }
     }
 
@@ -440,7 +443,7 @@ where
         let config = store_group_config_with(&partition.to_string(), self.snapshot_entries)
             .map(|c| self.heartbeats(c))
             .map_err(|e| StoreError::Engine(e.to_string()))?;
-        let (raft, lease) = self.start(
+        let (raft, lease, log) = self.start(
             partition,
             spec,
             config,
@@ -453,6 +456,7 @@ where
             raft,
             handle: self.handle.clone(),
             lease,
+            log,
         }))
     }
 
@@ -467,11 +471,12 @@ where
         let config = crate::net::group_config("catalog")
             .map(|c| self.heartbeats(c))
             .map_err(|e| StoreError::Engine(e.to_string()))?;
-        let (raft, lease) = self.start(CATALOG_PARTITION, spec, config, index, None, dir)?;
+        let (raft, lease, log) = self.start(CATALOG_PARTITION, spec, config, index, None, dir)?;
         Ok(Some(Arc::new(RaftGroup {
             raft,
             handle: self.handle.clone(),
             lease,
+            log,
         })))
     }
 }
@@ -527,13 +532,14 @@ where
         index: Arc<dyn MetaIndex>,
         volumes: Option<Arc<VolumeSet>>,
         dir: &Path,
-    ) -> StoreResult<(PartitionRaft, Lease)> {
+    ) -> StoreResult<(PartitionRaft, Lease, RaftLog)> {
         let what = if id == CATALOG_PARTITION {
             "the catalog".to_string()
         } else {
             id.to_string()
         };
         let log = self.open_log(id, dir)?;
+        let kept = log.clone();
         let mut machine = PartitionMachine::open_with(index, volumes, &dir.join("snapshots"))
             .map_err(|e| StoreError::Engine(format!("{what} state machine: {e}")))?;
         if let Some(queue) = &self.applies {
@@ -557,7 +563,7 @@ where
                 |raft| (self.started)(id, raft.clone()),
             ))
             .map_err(|e| StoreError::Unavailable(format!("{what} group: {e}")))?;
-        Ok((raft, lease))
+        Ok((raft, lease, kept))
     }
 }
 

@@ -21,6 +21,17 @@ pub enum RaftLog {
     Index(LogStore),
 }
 
+impl RaftLog {
+    /// Bytes of the entries the log holds, where the layout knows it
+    /// cheaply (the log file; 0 for an index).
+    pub fn stored_bytes(&self) -> u64 {
+        match self {
+            RaftLog::File(l) => l.stored_bytes(),
+            RaftLog::Index(_) => 0,
+        }
+    }
+}
+
 impl From<WalLog> for RaftLog {
     fn from(log: WalLog) -> Self {
         RaftLog::File(log)

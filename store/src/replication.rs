@@ -140,6 +140,10 @@ pub struct GroupStatus {
     pub learners: Vec<u64>,
     /// At the leader: each follower's matched log index.
     pub matched: Vec<(u64, u64)>,
+    /// Bytes of the entries this replica's log holds (in the node's log
+    /// file; 0 for a log kept in an older layout).
+    #[serde(default)]
+    pub log_bytes: u64,
 }
 
 /// Opens the group of each partition a store hosts.

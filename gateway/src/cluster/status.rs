@@ -80,6 +80,8 @@ pub struct ReplicaView {
     pub purged: u64,
     /// Entries behind the leader's last log index (0 without a leader).
     pub lag: u64,
+    /// Bytes of the entries its log holds (0: a log in an older layout).
+    pub log_bytes: u64,
 }
 
 /// Run `laneway cluster status`.
@@ -215,6 +217,7 @@ fn replica(
             snapshot: r.status.snapshot,
             purged: r.status.purged,
             lag: head.map_or(0, |h| h.saturating_sub(r.status.applied)),
+            log_bytes: r.status.log_bytes,
         },
         None => ReplicaView {
             node: node.to_string(),
@@ -225,6 +228,7 @@ fn replica(
             snapshot: 0,
             purged: 0,
             lag: 0,
+            log_bytes: 0,
         },
     }
 }
@@ -302,7 +306,7 @@ pub fn render_metrics(out: &mut String, groups: &[GroupView]) {
         let ok = u8::from(g.health == "ok");
         let _ = writeln!(out, "laneway_group_healthy{{group=\"{}\"}} {ok}", g.group);
     }
-    let per_replica: [ReplicaGauge; 7] = [
+    let per_replica: [ReplicaGauge; 8] = [
         (
             "laneway_group_replica_up",
             "1 when the replica's node answered the last round.",
@@ -337,6 +341,11 @@ pub fn render_metrics(out: &mut String, groups: &[GroupView]) {
             "laneway_group_replica_lag_entries",
             "Entries the replica is behind its leader's log.",
             |r| r.lag,
+        ),
+        (
+            "laneway_group_replica_log_bytes",
+            "Bytes of the entries the replica's Raft log holds (in its node's log file).",
+            |r| r.log_bytes,
         ),
     ];
     for (name, help, value) in per_replica {
@@ -393,6 +402,7 @@ mod tests {
                 term,
                 last_log: log,
                 applied,
+                log_bytes: 4096,
                 ..GroupStatus::default()
             },
         }
@@ -476,6 +486,10 @@ mod tests {
         );
         assert!(
             out.contains("laneway_group_replica_applied_index{group=\"catalog\",node=\"c\"} 7"),
+            "{out}"
+        );
+        assert!(
+            out.contains("laneway_group_replica_log_bytes{group=\"p0000\",node=\"a\"} 4096"),
             "{out}"
         );
     }

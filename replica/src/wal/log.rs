@@ -79,6 +79,12 @@ impl WalLog {
 }
 
 impl WalLog {
+    /// Bytes of the entries the log holds.
+    pub fn stored_bytes(&self) -> u64 {
+        self.wal
+            .with_state(|s| s.groups.get(&self.group).map_or(0, |g| g.live_bytes))
+    }
+
     /// Append `entries` after the log, durably (what `append` does before
     /// its callback).
     pub async fn write_entries(&self, entries: &[LogEntry]) -> Result<(), StorageError> {

@@ -75,6 +75,12 @@ fn what_was_acknowledged_comes_back_after_a_reopen() {
         let wal = Wal::open(dir.path()).expect("reopen");
         let mut a = wal.log(1);
         let mut b = wal.log(2);
+        let sizes: u64 = all(&mut a)
+            .await
+            .iter()
+            .map(|e| bincode::serialize(e).expect("encode").len() as u64)
+            .sum();
+        assert_eq!(a.stored_bytes(), sizes, "the log's size is its entries'");
         let got: Vec<LogId> = all(&mut a).await.iter().map(|e| e.log_id).collect();
         assert_eq!(got, vec![id(1, 2), id(1, 3), id(2, 4), id(2, 5)]);
         assert_eq!(all(&mut a).await[2], entry(2, 4, 7));
