@@ -68,8 +68,10 @@ pub const SNAPSHOT_ENTRIES: u64 = 10_000;
 /// (`laneway store --raft-snapshot-entries`): fewer keep less log on disk
 /// and cost a scan of the partition's index more often. A tenth of them,
 /// at most 1,000, stay in the log after a snapshot for followers slightly
-/// behind; a follower further behind than twice the interval is sent a
-/// snapshot.
+/// behind; a follower that needs entries the leader purged is sent the
+/// snapshot (openraft 0.9 decides that by the purge alone). Adding a
+/// learner waits until it is within twice the interval of the leader
+/// (`replication_lag_threshold`, which openraft uses for nothing else).
 pub fn store_group_config_with(name: &str, entries: u64) -> ReplicaResult<Arc<openraft::Config>> {
     let mut config = (*crate::net::group_config(name)?).clone();
     let entries = entries.max(1);
