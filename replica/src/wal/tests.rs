@@ -3,7 +3,9 @@
 //! say, a torn tail is cut off and damage elsewhere refused, and a random
 //! model run (appends, truncations, purges, votes over several groups with
 //! tiny segments, reopened every few steps) always reads back what a plain
-//! in-memory model holds.
+//! in-memory model holds; and a writer process killed with SIGKILL mid-run,
+//! again and again on one directory, never loses an append it
+//! acknowledged.
 
 use super::*;
 use crate::types::{LogEntry, LogId, Mutation};
