@@ -619,6 +619,11 @@ pub(crate) mod tests {
         let alone = batcher.offer(2, heartbeat(), ttl).await;
         assert!(alone.map_err(|_| "went alone").expect("batched").is_ok());
         assert_eq!(peer.calls.load(Ordering::SeqCst), 2);
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while batcher.in_flight() > 0 {
+            assert!(Instant::now() < deadline, "a call stays in flight");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
 
     #[tokio::test]

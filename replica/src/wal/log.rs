@@ -12,7 +12,7 @@
 
 use super::Wal;
 use super::record::{Framed, Kind};
-use super::writer::Effect;
+use super::writer::{Effect, Pending};
 use crate::blocking::{ReplicaError, Work, blocking, storage_err};
 use crate::log_store::{Recent, index_range};
 use crate::types::{LogEntry, LogId, NodeId, StorageError, TypeConfig};
@@ -53,19 +53,22 @@ impl WalLog {
     }
 
     /// The committed id waiting to be written, as a record, if any.
-    fn take_committed(&self) -> std::io::Result<Option<super::Pending>> {
+    fn take_committed(&self) -> std::io::Result<Option<Pending>> {
         let Some(c) = lock_memory(&self.memory).unsaved_committed.take() else {
             return Ok(None);
         };
         let framed = Framed::committed(self.group, &c).map_err(io)?;
-        Ok(Some(super::pending(framed, Effect::Committed(c))))
+        Ok(Some(Pending {
+            framed,
+            effect: Effect::Committed(c),
+        }))
     }
 
     /// Write `records` (after a waiting committed id), synced when `sync`.
     async fn write(
         &self,
         work: Work,
-        mut records: Vec<super::Pending>,
+        mut records: Vec<Pending>,
         sync: bool,
     ) -> Result<(), StorageError> {
         if let Some(c) = self.take_committed().map_err(|e| Self::err(work, e))? {
@@ -93,7 +96,10 @@ impl WalLog {
         }
         let framed = Framed::entries(Kind::Entries, self.group, entries)
             .map_err(|e| Self::err(Work::WriteLogs, io(e)))?;
-        let record = super::pending(framed, Effect::Appended);
+        let record = Pending {
+            framed,
+            effect: Effect::Appended,
+        };
         let done = self.write(Work::WriteLogs, vec![record], true).await;
         let mut memory = lock_memory(&self.memory);
         match &done {
@@ -146,7 +152,10 @@ impl RaftLogStorage<TypeConfig> for WalLog {
 
     async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError> {
         let framed = Framed::vote(self.group, vote).map_err(|e| Self::err(Work::Vote, io(e)))?;
-        let record = super::pending(framed, Effect::Voted(*vote));
+        let record = Pending {
+            framed,
+            effect: Effect::Voted(*vote),
+        };
         self.write(Work::Vote, vec![record], true).await
     }
 
@@ -188,7 +197,10 @@ impl RaftLogStorage<TypeConfig> for WalLog {
         lock_memory(&self.memory).recent.truncated(log_id.index);
         let framed = Framed::truncate(self.group, log_id.index)
             .map_err(|e| Self::err(Work::WriteLogs, io(e)))?;
-        let record = super::pending(framed, Effect::Truncated(log_id.index));
+        let record = Pending {
+            framed,
+            effect: Effect::Truncated(log_id.index),
+        };
         self.write(Work::WriteLogs, vec![record], true).await
     }
 
@@ -196,7 +208,10 @@ impl RaftLogStorage<TypeConfig> for WalLog {
         lock_memory(&self.memory).recent.purged(log_id.index);
         let framed =
             Framed::purge(self.group, &log_id).map_err(|e| Self::err(Work::WriteLogs, io(e)))?;
-        let record = super::pending(framed, Effect::Purged(log_id));
+        let record = Pending {
+            framed,
+            effect: Effect::Purged(log_id),
+        };
         self.write(Work::WriteLogs, vec![record], false).await
     }
 }

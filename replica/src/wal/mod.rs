@@ -46,7 +46,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use tokio::sync::mpsc;
-use writer::{Effect, Job, Pending, Writer, lock};
+use writer::{Job, Pending, Writer, lock};
 
 /// Most jobs waiting for the writer thread; past it a group's call waits
 /// (each group has at most one append in flight, so this is never reached
@@ -340,11 +340,6 @@ fn open_tail(dir: &Path, state: &mut WalState) -> io::Result<(u64, File, u64)> {
         },
     );
     Ok((id, file, len))
-}
-
-/// The pending record of `effect`.
-pub(crate) fn pending(framed: record::Framed, effect: Effect) -> Pending {
-    Pending { framed, effect }
 }
 
 #[cfg(test)]

@@ -20,9 +20,9 @@
 //! - [`Kind::Purge`], [`Kind::Vote`], [`Kind::Committed`]: the bincode form
 //!   of the purged log id, the vote, or the (optional) committed log id.
 //!
-//! Entries are encoded by the group's task before they reach the writer
-//! thread ([`Framed::entries`]), so the thread that all groups share only
-//! copies bytes into the file.
+//! Entries are encoded by the group's task, straight into the record,
+//! before they reach the writer thread ([`Framed::entries`]), so the
+//! thread that all groups share only copies bytes into the file.
 
 use crate::types::{LogEntry, LogId, NodeId};
 use openraft::Vote;
@@ -111,13 +111,14 @@ pub enum RecordError {
 
 impl Framed {
     /// The record of `entries` of `group`, as [`Kind::Entries`] or
-    /// [`Kind::Relocated`].
+    /// [`Kind::Relocated`]: each entry is encoded straight into the
+    /// record (this runs for every append, on the group's task).
     pub fn entries(kind: Kind, group: u64, entries: &[LogEntry]) -> Result<Framed, RecordError> {
-        let encoded: Vec<(LogId, Vec<u8>)> = entries
-            .iter()
-            .map(|e| Ok((e.log_id, bincode::serialize(e)?)))
-            .collect::<Result<_, bincode::Error>>()?;
-        Framed::encoded_entries(kind, group, &encoded)
+        let mut record = Builder::new(kind, group, entries.len())?;
+        for e in entries {
+            record.entry(e.log_id, |bytes| Ok(bincode::serialize_into(bytes, e)?))?;
+        }
+        record.finish()
     }
 
     /// The record of entries already in bincode form.
@@ -126,33 +127,21 @@ impl Framed {
         group: u64,
         entries: &[(LogId, Vec<u8>)],
     ) -> Result<Framed, RecordError> {
-        let count = u32::try_from(entries.len()).map_err(|_| RecordError::Malformed("count"))?;
-        let mut body = head(kind, group);
-        body.extend_from_slice(&count.to_le_bytes());
-        let mut spans = Vec::with_capacity(entries.len());
-        for (log_id, bytes) in entries {
-            let len = u32::try_from(bytes.len()).map_err(|_| RecordError::Malformed("entry"))?;
-            body.extend_from_slice(&len.to_le_bytes());
-            let offset =
-                u32::try_from(body.len()).map_err(|_| RecordError::Malformed("too large"))?;
-            body.extend_from_slice(bytes);
-            spans.push(EntrySpan {
-                log_id: *log_id,
-                offset,
-                len,
-            });
+        let mut record = Builder::new(kind, group, entries.len())?;
+        for (log_id, encoded) in entries {
+            record.entry(*log_id, |bytes| {
+                bytes.extend_from_slice(encoded);
+                Ok(())
+            })?;
         }
-        Ok(Framed {
-            bytes: frame(&body)?,
-            spans,
-        })
+        record.finish()
     }
 
     /// The record removing `group`'s entries from `since` on.
     pub fn truncate(group: u64, since: u64) -> Result<Framed, RecordError> {
-        let mut body = head(Kind::Truncate, group);
-        body.extend_from_slice(&since.to_le_bytes());
-        Framed::plain(&body)
+        let mut record = Builder::head(Kind::Truncate, group);
+        record.bytes.extend_from_slice(&since.to_le_bytes());
+        record.finish()
     }
 
     /// The record of `group`'s purge up to `upto`.
@@ -171,40 +160,81 @@ impl Framed {
     }
 
     fn value<T: Serialize>(kind: Kind, group: u64, value: &T) -> Result<Framed, RecordError> {
-        let mut body = head(kind, group);
-        body.extend_from_slice(&bincode::serialize(value)?);
-        Framed::plain(&body)
+        let mut record = Builder::head(kind, group);
+        bincode::serialize_into(&mut record.bytes, value)?;
+        record.finish()
+    }
+}
+
+/// A record being written: header room, then the body, encoded in place.
+struct Builder {
+    /// Header (filled in by `finish`) and body.
+    bytes: Vec<u8>,
+    spans: Vec<EntrySpan>,
+}
+
+impl Builder {
+    /// A record of `kind` and `group` with room for its header.
+    fn head(kind: Kind, group: u64) -> Builder {
+        let mut bytes = Vec::with_capacity(256);
+        bytes.extend_from_slice(&[0; FRAME_HEADER]);
+        bytes.push(kind as u8);
+        bytes.extend_from_slice(&group.to_le_bytes());
+        Builder {
+            bytes,
+            spans: Vec::new(),
+        }
     }
 
-    fn plain(body: &[u8]) -> Result<Framed, RecordError> {
+    /// An entries record of `count` entries.
+    fn new(kind: Kind, group: u64, count: usize) -> Result<Builder, RecordError> {
+        let n = u32::try_from(count).map_err(|_| RecordError::Malformed("count"))?;
+        let mut record = Builder::head(kind, group);
+        record.bytes.extend_from_slice(&n.to_le_bytes());
+        record.spans.reserve(count);
+        Ok(record)
+    }
+
+    /// Add the entry `log_id`, whose bincode form `encode` appends.
+    fn entry(
+        &mut self,
+        log_id: LogId,
+        encode: impl FnOnce(&mut Vec<u8>) -> Result<(), RecordError>,
+    ) -> Result<(), RecordError> {
+        let at = self.bytes.len();
+        self.bytes.extend_from_slice(&[0; 4]);
+        encode(&mut self.bytes)?;
+        let start = at + 4;
+        let len =
+            u32::try_from(self.bytes.len() - start).map_err(|_| RecordError::Malformed("entry"))?;
+        self.bytes[at..start].copy_from_slice(&len.to_le_bytes());
+        let offset =
+            u32::try_from(start - FRAME_HEADER).map_err(|_| RecordError::Malformed("too large"))?;
+        self.spans.push(EntrySpan {
+            log_id,
+            offset,
+            len,
+        });
+        Ok(())
+    }
+
+    /// The record, its header holding the body's length and CRC.
+    fn finish(mut self) -> Result<Framed, RecordError> {
+        let body_len = self.bytes.len() - FRAME_HEADER;
+        if body_len > MAX_BODY {
+            return Err(RecordError::Malformed(
+                "record larger than the largest body",
+            ));
+        }
+        let len = u32::try_from(body_len).map_err(|_| RecordError::Malformed("too large"))?;
+        let sum = crc(&self.bytes[FRAME_HEADER..]);
+        self.bytes[..4].copy_from_slice(&len.to_le_bytes());
+        self.bytes[4..FRAME_HEADER].copy_from_slice(&sum.to_le_bytes());
         Ok(Framed {
-            bytes: frame(body)?,
-            spans: Vec::new(),
+            bytes: self.bytes,
+            spans: self.spans,
         })
     }
-}
-
-/// A body's first bytes: its kind and group.
-fn head(kind: Kind, group: u64) -> Vec<u8> {
-    let mut body = Vec::with_capacity(256);
-    body.push(kind as u8);
-    body.extend_from_slice(&group.to_le_bytes());
-    body
-}
-
-/// `body` behind its length and CRC.
-fn frame(body: &[u8]) -> Result<Vec<u8>, RecordError> {
-    if body.len() > MAX_BODY {
-        return Err(RecordError::Malformed(
-            "record larger than the largest body",
-        ));
-    }
-    let len = u32::try_from(body.len()).map_err(|_| RecordError::Malformed("too large"))?;
-    let mut bytes = Vec::with_capacity(FRAME_HEADER + body.len());
-    bytes.extend_from_slice(&len.to_le_bytes());
-    bytes.extend_from_slice(&crc(body).to_le_bytes());
-    bytes.extend_from_slice(body);
-    Ok(bytes)
 }
 
 /// The CRC a record header carries for `body`.

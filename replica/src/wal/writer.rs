@@ -171,17 +171,29 @@ impl Writer {
         if let Some(e) = &self.failed {
             return Err(e.clone());
         }
-        let mut buf = Vec::new();
         let mut effects = Vec::new();
+        let mut at = self.len;
         for job in turn.iter_mut() {
             for pending in job.records.drain(..) {
-                let at = self.len + buf.len() as u64;
-                buf.extend_from_slice(&pending.framed.bytes);
+                let len = pending.framed.bytes.len() as u64;
                 effects.push((job.group, at, pending));
+                at += len;
             }
         }
         let sync = turn.iter().any(|j| j.sync);
-        if let Err(e) = self.append(&buf, sync) {
+        // One write for the turn: a lone record (the common turn) as it
+        // is, several joined.
+        let written = match effects.as_slice() {
+            [(_, _, only)] => self.append(&only.framed.bytes, sync),
+            many => {
+                let mut joined = Vec::with_capacity(usize::try_from(at - self.len).unwrap_or(0));
+                for (_, _, p) in many {
+                    joined.extend_from_slice(&p.framed.bytes);
+                }
+                self.append(&joined, sync)
+            }
+        };
+        if let Err(e) = written {
             return Err(self.fail(&e));
         }
         let mut state = lock(&self.state);
