@@ -13,15 +13,17 @@
 //! on one port ([`crate::net::Split`]). Its groups send no heartbeats of
 //! their own: the node's [`HeartbeatTicker`] triggers those of every
 //! group it leads at once, and they travel as one call per peer
-//! ([`crate::net::batch`]). Their logs are keyspaces of one database in
-//! the data directory ([`LOG_DIR`]), so appends of several groups that
-//! sync together share one fsync.
+//! ([`crate::net::batch`]). Their logs share one file of segments in the
+//! data directory ([`WAL_DIR`], [`crate::wal`]), written and synced by one
+//! thread, so appends of several groups that arrive together share one
+//! write and one fdatasync; a group whose log is still in the older
+//! layout ([`LOG_DIR`], one keyspace per group) keeps it.
 //!
 //! Members are a node's Raft id ([`NodeId::raft_id`]) with its RPC address
 //! from the cluster file. The map is read once, at start: changing who
-//! holds a partition is a membership change through the group (not built
-//! yet, docs/replication.md), never an edit of the file under a running
-//! cluster.
+//! holds a partition is a membership change through the group (`laneway
+//! cluster move-partition`, docs/replication.md, "Membership changes"),
+//! never an edit of the file under a running cluster.
 
 use crate::group::{GroupLogs, GroupSpec, LOG_CACHE_BYTES, RaftOpener, turn_of};
 use crate::net::{HeartbeatTicker, Peers, RaftService, RpcNetwork};

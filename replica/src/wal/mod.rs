@@ -103,6 +103,10 @@ impl Wal {
     /// record off the newest, and start the writer thread.
     pub fn open_with(dir: &Path, limits: Limits) -> io::Result<Wal> {
         std::fs::create_dir_all(dir)?;
+        match std::fs::remove_file(dir.join(segment::SPARE)) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
         let mut state = WalState::default();
         let ids = segment::list(dir)?;
         for (i, id) in ids.iter().enumerate() {
@@ -323,7 +327,7 @@ fn open_tail(dir: &Path, state: &mut WalState) -> io::Result<(u64, File, u64)> {
     if let Some((&id, seg)) = state.segments.iter().next_back() {
         if seg.bytes >= record::SEGMENT_MAGIC.len() as u64 {
             let file = OpenOptions::new()
-                .append(true)
+                .write(true)
                 .open(segment::path(dir, id))?;
             return Ok((id, file, seg.bytes));
         }
@@ -331,7 +335,7 @@ fn open_tail(dir: &Path, state: &mut WalState) -> io::Result<(u64, File, u64)> {
         std::fs::remove_file(segment::path(dir, id))?;
     }
     let id = state.segments.keys().next_back().map_or(1, |id| id + 1);
-    let (file, len) = segment::create(dir, id, &[])?;
+    let (file, len) = segment::create(dir, id, &[], false)?;
     state.segments.insert(
         id,
         Segment {

@@ -3,7 +3,8 @@
 //! say, a torn tail is cut off and damage elsewhere refused, and a random
 //! model run (appends, truncations, purges, votes over several groups with
 //! tiny segments, reopened every few steps) always reads back what a plain
-//! in-memory model holds; and a writer process killed with SIGKILL mid-run,
+//! in-memory model holds; segments begun in preallocated spares reopen
+//! where their records end, and a torn write into the zeros is cut off; and a writer process killed with SIGKILL mid-run,
 //! again and again on one directory, never loses an append it
 //! acknowledged.
 
@@ -221,6 +222,84 @@ fn a_torn_tail_is_cut_off_and_damage_elsewhere_refused() {
     std::fs::write(&older, bytes).expect("write");
     let err = Wal::open_with(dir.path(), tiny()).err().expect("refused");
     assert_eq!(err.kind(), std::io::ErrorKind::InvalidData, "{err}");
+}
+
+/// Append to group 1 until the newest segment was begun in a preallocated
+/// spare (its file is longer than the records it holds); returns how many
+/// entries were appended and the segment's path.
+async fn fill_into_a_spare(wal: &Wal, dir: &std::path::Path) -> (u64, std::path::PathBuf) {
+    let mut log = wal.log(1);
+    for i in 1..=2000 {
+        append(&mut log, vec![entry(1, i, 400)]).await;
+        let ids = segment::list(dir).expect("list");
+        let newest = segment::path(dir, *ids.last().expect("one"));
+        let held = segment::scan(&newest, |_, _| Ok(())).expect("scan");
+        let on_disk = std::fs::metadata(&newest).expect("stat").len();
+        if ids.len() > 1 && on_disk > held.valid {
+            assert_eq!(on_disk, tiny().segment_bytes, "the spare's size");
+            assert!(!held.damaged);
+            return (i, newest);
+        }
+    }
+    panic!("no segment was begun in a spare");
+}
+
+#[test]
+fn a_segment_begun_in_a_spare_reopens_where_its_records_end() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = runtime();
+    let (n, newest) = rt.block_on(async {
+        let wal = Wal::open_with(dir.path(), tiny()).expect("open");
+        fill_into_a_spare(&wal, dir.path()).await
+    });
+    let size = std::fs::metadata(&newest).expect("stat").len();
+    rt.block_on(async {
+        let wal = Wal::open_with(dir.path(), tiny()).expect("reopen");
+        let mut log = wal.log(1);
+        assert_eq!(all(&mut log).await.len() as u64, n);
+        // The zeros after the records are no torn write: nothing was cut.
+        assert_eq!(std::fs::metadata(&newest).expect("stat").len(), size);
+        append(&mut log, vec![entry(1, n + 1, 100)]).await;
+    });
+    rt.block_on(async {
+        let wal = Wal::open_with(dir.path(), tiny()).expect("reopen");
+        let got = all(&mut wal.log(1)).await;
+        assert_eq!(got.len() as u64, n + 1);
+        assert_eq!(got.last(), Some(&entry(1, n + 1, 100)));
+    });
+}
+
+#[test]
+fn a_torn_write_into_preallocated_space_is_cut_off() {
+    use std::os::unix::fs::FileExt;
+    // Garbage where the next record would start, and garbage after a
+    // frame header of zeros (a write whose first page never arrived).
+    for gap in [0u64, 64] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let rt = runtime();
+        let (n, newest) = rt.block_on(async {
+            let wal = Wal::open_with(dir.path(), tiny()).expect("open");
+            fill_into_a_spare(&wal, dir.path()).await
+        });
+        let end = segment::scan(&newest, |_, _| Ok(())).expect("scan").valid;
+        let f = OpenOptions::new().write(true).open(&newest).expect("open");
+        f.write_all_at(&[200, 0, 0, 0, 1, 2, 3, 4, 9, 9], end + gap)
+            .expect("write");
+        drop(f);
+        assert!(segment::scan(&newest, |_, _| Ok(())).expect("scan").damaged);
+        rt.block_on(async {
+            let wal = Wal::open_with(dir.path(), tiny()).expect("reopen");
+            let mut log = wal.log(1);
+            assert_eq!(all(&mut log).await.len() as u64, n, "gap {gap}");
+            append(&mut log, vec![entry(1, n + 1, 10)]).await;
+        });
+        rt.block_on(async {
+            let wal = Wal::open_with(dir.path(), tiny()).expect("reopen");
+            let got = all(&mut wal.log(1)).await;
+            assert_eq!(got.len() as u64, n + 1, "gap {gap}");
+            assert_eq!(got.last(), Some(&entry(1, n + 1, 10)));
+        });
+    }
 }
 
 /// The model of one group's log.

@@ -21,6 +21,13 @@
 //! idle partition, a replica that moved away) therefore never holds the
 //! whole file on disk.
 //!
+//! Segments are preallocated ([`segment::prepare_spare`]): once the
+//! segment being written holds [`PREPARE_AFTER`] bytes, a helper thread
+//! fills a spare file with zeros and syncs it, and the next segment is
+//! begun in it, so no sync has to write the file's new size. A segment
+//! that grows (the first of a new log, or one reopened after a torn
+//! write was cut off) is closed as soon as a spare is ready.
+//!
 //! A failed write or sync leaves the file's state unknown (after a failed
 //! fsync the kernel may have dropped the dirty pages), so the writer fails
 //! every later job: the node must be restarted, and recovery reads back
@@ -32,13 +39,20 @@ use super::state::{Location, WalState};
 use crate::types::{LogId, NodeId};
 use openraft::Vote;
 use std::fs::File;
-use std::io::{self, Write};
+use std::io;
+use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
 use tokio::sync::{mpsc, oneshot};
 
 /// Most jobs one turn takes.
 pub const TURN_JOBS: usize = 1024;
+
+/// Bytes a segment holds before the spare for the next one is prepared
+/// (or half a segment, when segments are smaller): a log that never gets
+/// this far (a test's, an idle node's) never writes a spare.
+pub const PREPARE_AFTER: u64 = 1 << 20;
 
 /// Largest relocated record body (a group's entries are relocated in
 /// records of about this size).
@@ -107,9 +121,26 @@ pub struct Writer {
     file: File,
     segment: u64,
     len: u64,
+    /// The size the segment had on disk when it was begun: appends below
+    /// it write into preallocated blocks.
+    preallocated: u64,
+    spare: Spare,
     failed: Option<String>,
     /// Bytes written by relocations since the file was opened.
     relocated: Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// The spare file the next segment is begun in.
+enum Spare {
+    /// None prepared.
+    None,
+    /// A helper thread is filling it.
+    Preparing(JoinHandle<io::Result<()>>),
+    /// Filled and synced.
+    Ready,
+    /// Preparing it failed while segment (the id) was written; tried again
+    /// with the next segment.
+    Failed(u64),
 }
 
 /// Lock `state`, whatever a panicking holder left.
@@ -127,6 +158,7 @@ impl Writer {
         (segment, file, len): (u64, File, u64),
         relocated: Arc<std::sync::atomic::AtomicU64>,
     ) -> Writer {
+        let preallocated = file.metadata().map_or(len, |m| m.len());
         Writer {
             dir,
             state,
@@ -134,6 +166,8 @@ impl Writer {
             file,
             segment,
             len,
+            preallocated,
+            spare: Spare::None,
             failed: None,
             relocated,
         }
@@ -163,6 +197,9 @@ impl Writer {
             {
                 self.fail(&e);
             }
+        }
+        if let Spare::Preparing(helper) = std::mem::replace(&mut self.spare, Spare::None) {
+            let _ = helper.join();
         }
     }
 
@@ -206,9 +243,10 @@ impl Writer {
         Ok(())
     }
 
-    /// Append `buf` to the segment, and sync it when `sync`.
+    /// Append `buf` to the segment (written at its offset: a preallocated
+    /// segment is longer than what it holds), and sync it when `sync`.
     fn append(&mut self, buf: &[u8], sync: bool) -> io::Result<()> {
-        self.file.write_all(buf)?;
+        self.file.write_all_at(buf, self.len)?;
         self.len += buf.len() as u64;
         if sync {
             self.file.sync_data()?;
@@ -228,10 +266,14 @@ impl Writer {
     /// needs, and when the file is bloated relocate what the oldest
     /// segment still holds so it can go too.
     pub fn maintain(&mut self) -> io::Result<()> {
-        if self.len < self.limits.segment_bytes {
+        let spare = self.spare_ready();
+        if self.len < self.limits.segment_bytes && !(spare && self.len >= self.preallocated) {
+            if !spare && self.len >= PREPARE_AFTER.min(self.limits.segment_bytes / 2) {
+                self.prepare_spare();
+            }
             return Ok(());
         }
-        self.rotate()?;
+        self.rotate(spare)?;
         self.collect()?;
         if self.bloated() {
             let oldest = lock(&self.state).segments.keys().next().copied();
@@ -244,13 +286,57 @@ impl Writer {
         Ok(())
     }
 
-    /// Sync this segment and begin the next with a checkpoint of every
-    /// group.
-    fn rotate(&mut self) -> io::Result<()> {
+    /// Whether a spare is ready to begin the next segment in (taking the
+    /// helper's result if it just finished).
+    fn spare_ready(&mut self) -> bool {
+        if let Spare::Preparing(helper) = &self.spare
+            && helper.is_finished()
+            && let Spare::Preparing(helper) = std::mem::replace(&mut self.spare, Spare::None)
+        {
+            self.spare = match helper.join() {
+                Ok(Ok(())) => Spare::Ready,
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "raft log: preparing a spare segment failed");
+                    Spare::Failed(self.segment)
+                }
+                Err(_) => Spare::Failed(self.segment),
+            };
+        }
+        matches!(self.spare, Spare::Ready)
+    }
+
+    /// Start filling the spare file on a helper thread, unless one is
+    /// being filled or filling it failed during this segment.
+    fn prepare_spare(&mut self) {
+        match self.spare {
+            Spare::None => {}
+            Spare::Failed(segment) if segment != self.segment => {}
+            _ => return,
+        }
+        let (dir, bytes) = (self.dir.clone(), self.limits.segment_bytes);
+        self.spare = match std::thread::Builder::new()
+            .name("raft-wal-spare".into())
+            .spawn(move || segment::prepare_spare(&dir, bytes))
+        {
+            Ok(helper) => Spare::Preparing(helper),
+            Err(_) => Spare::Failed(self.segment),
+        };
+    }
+
+    /// Sync this segment (cut to what it holds, if it was preallocated
+    /// further) and begin the next with a checkpoint of every group, in
+    /// the spare file when `spare`.
+    fn rotate(&mut self, spare: bool) -> io::Result<()> {
+        if self.preallocated > self.len {
+            self.file.set_len(self.len)?;
+        }
         self.file.sync_data()?;
         let checkpoint = checkpoint(&lock(&self.state))?;
         let next = self.segment + 1;
-        let (file, len) = segment::create(&self.dir, next, &checkpoint)?;
+        let (file, len) = segment::create(&self.dir, next, &checkpoint, spare)?;
+        if spare {
+            self.spare = Spare::None;
+        }
         let reader = File::open(segment::path(&self.dir, next))?;
         lock(&self.state).segments.insert(
             next,
@@ -259,6 +345,11 @@ impl Writer {
                 bytes: len,
             },
         );
+        self.preallocated = if spare {
+            self.limits.segment_bytes.max(len)
+        } else {
+            len
+        };
         self.file = file;
         self.segment = next;
         self.len = len;
