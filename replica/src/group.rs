@@ -370,9 +370,10 @@ pub struct RaftOpener<N> {
     /// The transport of one partition's group (of the catalog's for
     /// [`CATALOG_PARTITION`]).
     pub network: Box<dyn Fn(PartitionId) -> N + Send + Sync>,
-    /// Called with each started group (the transport's receiving side
-    /// registers it here).
-    pub started: Box<dyn Fn(PartitionId, PartitionRaft) + Send + Sync>,
+    /// Called with each started group and whether it started empty (the
+    /// transport's receiving side registers it here, an empty one with a
+    /// [`crate::rejoin::Rejoin`]).
+    pub started: Box<dyn Fn(PartitionId, PartitionRaft, bool) + Send + Sync>,
     /// The runtime the groups run on.
     pub handle: Handle,
     /// Log entries between two snapshots of a partition's group
@@ -562,7 +563,7 @@ where
                 network,
                 log,
                 machine,
-                |raft| (self.started)(id, raft.clone()),
+                |raft, empty| (self.started)(id, raft.clone(), empty),
             ))
             .map_err(|e| StoreError::Unavailable(format!("{what} group: {e}")))?;
         Ok((raft, lease, kept))
@@ -571,8 +572,10 @@ where
 
 /// Create this node's replica `me` of a group, make it reachable
 /// (`reachable`, called before it may campaign, so its peers' answers
-/// find it), and initialize a new group with `members` if `me` is its
-/// `initializer`.
+/// find it, and told whether the replica started with an empty log and no
+/// vote: such a replica must abstain from votes until it has caught up,
+/// [`crate::rejoin`]), and initialize a new group with `members` if `me`
+/// is its `initializer`.
 ///
 /// A new group is initialized (its first log entry, the membership, is
 /// written) by exactly one node: the initializer every member names (the
@@ -597,13 +600,10 @@ where
 /// with no quorum up) does it initialize; in the second case the others,
 /// at a higher term with longer logs, refuse its term-1 candidacy and
 /// their leader overwrites its one entry once they are back, so no
-/// second history appears. Not handled by this: a replica that lost its
-/// disk has forgotten its vote and the entries it acknowledged, so it can
-/// vote twice in one term, and a write it helped commit may then rest on
-/// one survivor until the log reaches it again. The safe path is to bring
-/// it back as a new replica through a membership change (remove, add as
-/// a learner, promote: `laneway cluster move-partition`,
-/// docs/replication.md).
+/// second history appears. A replica that lost its disk has forgotten
+/// the entries it acknowledged and its vote, so until it has caught up
+/// with a leader it refuses to vote ([`crate::rejoin`] says why and what
+/// that leaves open).
 #[allow(clippy::too_many_arguments)]
 pub async fn launch<N, L>(
     config: Arc<openraft::Config>,
@@ -613,7 +613,7 @@ pub async fn launch<N, L>(
     network: N,
     log: L,
     machine: PartitionMachine,
-    reachable: impl FnOnce(&PartitionRaft),
+    reachable: impl FnOnce(&PartitionRaft, bool),
 ) -> ReplicaResult<PartitionRaft>
 where
     N: RaftNetworkFactory<TypeConfig>,
@@ -622,7 +622,14 @@ where
     let raft = openraft::Raft::new(me, config, network, log, machine)
         .await
         .map_err(|e| ReplicaError::Raft(e.to_string()))?;
-    reachable(&raft);
+    let empty = match initialized(&raft).await {
+        Ok(initialized) => !initialized,
+        Err(e) => {
+            let _ = raft.shutdown().await;
+            return Err(e);
+        }
+    };
+    reachable(&raft, empty);
     if initializer == Some(me)
         && let Err(e) = initialize_after_grace(&raft, members).await
     {

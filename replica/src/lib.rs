@@ -20,7 +20,9 @@
 //!   (`laneway_store::rpc`): every group's messages to a peer share that
 //!   peer's one HTTP/2 connection, a [`net::RaftService`] routes incoming
 //!   messages to the node's groups, and [`net::start_group`] starts a
-//!   replica and initialises a new group exactly once.
+//!   replica and initialises a new group exactly once; a replica that
+//!   started empty (a wiped disk) refuses votes until it has caught up
+//!   ([`rejoin`]).
 //! - [`group`]: a partition's group as the store's `Group` seam sees it,
 //!   and the opener that starts one per hosted partition and the catalog;
 //!   its leader serves reads under a lease ([`lease`]) when a quorum
@@ -38,6 +40,7 @@ pub mod memnet;
 pub mod net;
 pub mod node;
 pub mod raft_log;
+pub mod rejoin;
 pub mod snapshot;
 pub mod snapshot_data;
 pub mod snapshot_volumes;

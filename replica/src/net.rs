@@ -157,10 +157,19 @@ pub async fn start_group_with<L: RaftLogStorage<TypeConfig>>(
 ) -> ReplicaResult<PartitionRaft> {
     let network = RpcNetwork::new(group, peers);
     let first = members.keys().next().copied();
-    let started = crate::group::launch(config, me, first, members, network, log, machine, |raft| {
-        // Reachable before it may campaign, so its peers' answers find it.
-        service.register(group, raft.clone());
-    })
+    let started = crate::group::launch(
+        config,
+        me,
+        first,
+        members,
+        network,
+        log,
+        machine,
+        |raft, empty| {
+            // Reachable before it may campaign, so its peers' answers find it.
+            service.register_as(group, raft.clone(), empty);
+        },
+    )
     .await;
     if started.is_err() {
         service.unregister(group);

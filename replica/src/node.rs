@@ -103,8 +103,8 @@ impl NodeReplication {
             spec: Box::new(move |p| specs.of_partition(p)),
             catalog,
             network: Box::new(move |p: PartitionId| RpcNetwork::new(p.0, Arc::clone(&peers))),
-            started: Box::new(move |p: PartitionId, raft| {
-                registry.register(p.0, raft);
+            started: Box::new(move |p: PartitionId, raft, empty| {
+                registry.register_as(p.0, raft, empty);
             }),
             handle,
             snapshot_entries,

@@ -6,7 +6,8 @@
 //! write survives the stop of a leader's node and a new election; a node
 //! that was stopped catches up after a restart on the same port, from the
 //! log, or, once the leader purged the log it missed, from a snapshot sent
-//! in several chunks over the RPC.
+//! in several chunks over the RPC; a node that lost its disk does not
+//! vote a replica that lacks committed writes into leadership.
 //!
 //! Waits are bounded by generous timeouts that only turn a hang into a
 //! failure; nothing asserts how long anything took.
@@ -395,6 +396,57 @@ async fn writes_survive_a_leaders_stop_and_the_restarted_node_catches_up() {
     // The group still commits with all three back.
     let more = write_many(&cluster, &mut acked, 1, 20..22, 16).await;
     assert_replicated(&cluster, &acked, &BTreeMap::from([(1, more)])).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_lost_its_disk_elects_no_replica_missing_what_it_acknowledged() {
+    let mut cluster = Cluster::start().await;
+    let mut acked = Acked::new();
+    write_many(&cluster, &mut acked, 1, 0..5, 16).await;
+    let leader = cluster.leader(1).await;
+    let others: Vec<NodeId> = cluster
+        .running
+        .keys()
+        .copied()
+        .filter(|id| *id != leader)
+        .collect();
+    let (wiped, lagging) = (others[0], others[1]);
+    // Writes committed by the leader and `wiped` alone.
+    cluster.stop_node(lagging).await;
+    let last = write_many(&cluster, &mut acked, 1, 5..15, 16).await;
+    cluster.applied(wiped, 1, last).await;
+    // `wiped` loses its disk and comes back empty; the leader, the one
+    // other replica holding those writes, is down; the lagging replica is
+    // back, and only `wiped`'s vote could make it leader.
+    cluster.stop_node(wiped).await;
+    let name = cluster.names[&wiped].0.clone();
+    std::fs::remove_dir_all(cluster.root.path().join(name)).expect("wipe");
+    cluster.stop_node(leader).await;
+    cluster.restart_node(lagging).await;
+    cluster.restart_node(wiped).await;
+    // Several election timeouts: nobody leads group 1, so nothing can
+    // overwrite the writes the stopped leader still holds.
+    let until = tokio::time::Instant::now() + Duration::from_secs(6);
+    while tokio::time::Instant::now() < until {
+        for id in [wiped, lagging] {
+            let state = cluster.replica(id, 1).raft.metrics().borrow().state;
+            assert_ne!(state, openraft::ServerState::Leader, "node {id} leads");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(cluster.running[&wiped].service.abstaining(1));
+    // The leader is back: with the lagging replica's vote it leads again,
+    // and every acknowledged write reaches all three.
+    cluster.restart_node(leader).await;
+    let last = write_many(&cluster, &mut acked, 1, 15..16, 16).await;
+    assert_replicated(&cluster, &acked, &BTreeMap::from([(1, last)])).await;
+    // Caught up, the wiped replica votes again: without the leader, the
+    // other two elect one of them and commit.
+    let leader = cluster.leader(1).await;
+    cluster.stop_node(leader).await;
+    let last = write_many(&cluster, &mut acked, 1, 16..18, 16).await;
+    assert_replicated(&cluster, &acked, &BTreeMap::from([(1, last)])).await;
+    assert!(!cluster.running[&wiped].service.abstaining(1));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

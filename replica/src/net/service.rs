@@ -22,12 +22,14 @@ use super::wire::{
     BatchAnswer, RaftAnswer, RaftBatch, RaftBatchReply, RaftMsg, RaftReply, RaftRequest,
 };
 use super::{GroupId, HEARTBEAT_INTERVAL_MS, RAFT_BATCH_METHOD, RAFT_METHOD};
-use crate::types::{PartitionRaft, TypeConfig};
+use crate::rejoin::Rejoin;
+use crate::types::{NodeId, PartitionRaft, TypeConfig};
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use laneway_store::BodyStream;
 use laneway_store::rpc::{Handler, Reply, WireCode, WireError};
-use openraft::raft::AppendEntriesRequest;
+use openraft::error::RaftError;
+use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -37,8 +39,16 @@ use std::time::Duration;
 #[derive(Default)]
 pub struct RaftService {
     /// Held only to look up, add or remove a handle, never across a call.
-    groups: RwLock<BTreeMap<GroupId, PartitionRaft>>,
+    groups: RwLock<BTreeMap<GroupId, Hosted>>,
     counts: Counts,
+}
+
+/// A hosted group: its handle, and whether it started empty (then it
+/// abstains from votes until caught up: [`crate::rejoin`]).
+#[derive(Clone)]
+struct Hosted {
+    raft: PartitionRaft,
+    rejoin: Option<Arc<Rejoin>>,
 }
 
 /// Messages handed to a group since the service started, by kind, and
@@ -86,19 +96,54 @@ impl RaftService {
     /// Deliver messages for `group` to `raft` from now on; returns the
     /// handle it replaces, if any.
     pub fn register(&self, group: GroupId, raft: PartitionRaft) -> Option<PartitionRaft> {
+        self.host(group, raft, None)
+    }
+
+    /// [`RaftService::register`], for a replica that started `empty` (no
+    /// log, no vote) with a [`Rejoin`]: it answers vote requests through
+    /// it ([`crate::rejoin`]) until it has caught up.
+    pub fn register_as(
+        &self,
+        group: GroupId,
+        raft: PartitionRaft,
+        empty: bool,
+    ) -> Option<PartitionRaft> {
+        self.host(group, raft, empty.then(|| Arc::new(Rejoin::new())))
+    }
+
+    fn host(
+        &self,
+        group: GroupId,
+        raft: PartitionRaft,
+        rejoin: Option<Arc<Rejoin>>,
+    ) -> Option<PartitionRaft> {
         let mut groups = self.groups.write().unwrap_or_else(|p| p.into_inner());
-        groups.insert(group, raft)
+        groups
+            .insert(group, Hosted { raft, rejoin })
+            .map(|h| h.raft)
     }
 
     /// Stop delivering messages for `group`; returns its handle (which the
     /// caller shuts down).
     pub fn unregister(&self, group: GroupId) -> Option<PartitionRaft> {
         let mut groups = self.groups.write().unwrap_or_else(|p| p.into_inner());
-        groups.remove(&group)
+        groups.remove(&group).map(|h| h.raft)
     }
 
     /// The handle of `group`, if hosted here.
     pub fn get(&self, group: GroupId) -> Option<PartitionRaft> {
+        self.hosted(group).map(|h| h.raft)
+    }
+
+    /// Whether `group`'s replica here started empty and still abstains
+    /// from votes.
+    pub fn abstaining(&self, group: GroupId) -> bool {
+        self.hosted(group)
+            .and_then(|h| h.rejoin)
+            .is_some_and(|r| r.abstaining())
+    }
+
+    fn hosted(&self, group: GroupId) -> Option<Hosted> {
         let groups = self.groups.read().unwrap_or_else(|p| p.into_inner());
         groups.get(&group).cloned()
     }
@@ -121,7 +166,7 @@ impl RaftService {
     /// Every hosted group and its handle.
     pub fn all(&self) -> Vec<(GroupId, PartitionRaft)> {
         let groups = self.groups.read().unwrap_or_else(|p| p.into_inner());
-        groups.iter().map(|(g, r)| (*g, r.clone())).collect()
+        groups.iter().map(|(g, h)| (*g, h.raft.clone())).collect()
     }
 
     /// Answer a [`RAFT_BATCH_METHOD`] call.
@@ -149,7 +194,7 @@ impl RaftService {
         Box::pin(async move {
             let appends = routed.into_iter().map(|r| async move {
                 match r {
-                    Some((raft, rpc)) => BatchAnswer::Append(raft.append_entries(rpc).await),
+                    Some((hosted, rpc)) => BatchAnswer::Append(hosted.append(rpc).await),
                     None => BatchAnswer::NotHosted,
                 }
             });
@@ -178,7 +223,7 @@ impl RaftService {
         Ok(batch
             .appends
             .into_iter()
-            .map(|(group, rpc)| self.get(group).map(|raft| (raft, rpc)))
+            .map(|(group, rpc)| self.hosted(group).map(|hosted| (hosted, rpc)))
             .collect())
     }
 }
@@ -207,15 +252,34 @@ where
     futures::future::join_all(bounded).await
 }
 
-/// A batched append and the handle of its group.
-type Routed = (PartitionRaft, AppendEntriesRequest<TypeConfig>);
+/// A batched append and its group.
+type Routed = (Hosted, AppendEntriesRequest<TypeConfig>);
 
-/// Hand `msg` to `raft`; its answer, errors included.
-async fn deliver(raft: PartitionRaft, msg: RaftMsg) -> RaftAnswer {
+impl Hosted {
+    /// Hand an append to the group (noting it for a replica that started
+    /// empty).
+    async fn append(
+        &self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+    ) -> Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>> {
+        let Some(rejoin) = self.rejoin.as_ref().filter(|r| r.abstaining()) else {
+            return self.raft.append_entries(rpc).await;
+        };
+        rejoin.saw_append(&rpc);
+        let answer = self.raft.append_entries(rpc).await;
+        rejoin.update(crate::rejoin::applied(&self.raft));
+        answer
+    }
+}
+
+/// Hand `msg` to its group; its answer, errors included.
+async fn deliver(hosted: Hosted, msg: RaftMsg) -> RaftAnswer {
     match msg {
-        RaftMsg::Append(rpc) => RaftAnswer::Append(raft.append_entries(rpc).await),
-        RaftMsg::Vote(rpc) => RaftAnswer::Vote(raft.vote(rpc).await),
-        RaftMsg::Snapshot(rpc) => RaftAnswer::Snapshot(raft.install_snapshot(rpc).await),
+        RaftMsg::Append(rpc) => RaftAnswer::Append(hosted.append(rpc).await),
+        RaftMsg::Vote(rpc) => {
+            RaftAnswer::Vote(crate::rejoin::vote(&hosted.raft, hosted.rejoin.as_deref(), rpc).await)
+        }
+        RaftMsg::Snapshot(rpc) => RaftAnswer::Snapshot(hosted.raft.install_snapshot(rpc).await),
     }
 }
 
@@ -241,8 +305,8 @@ impl Handler for RaftService {
         };
         counter.fetch_add(1, Ordering::Relaxed);
         Box::pin(async move {
-            let (raft, msg) = routed?;
-            let reply = RaftReply::new(deliver(raft, msg).await);
+            let (hosted, msg) = routed?;
+            let reply = RaftReply::new(deliver(hosted, msg).await);
             let payload = reply
                 .encode()
                 .map_err(|e| WireError::new(WireCode::Internal, format!("encode reply: {e}")))?;
@@ -252,11 +316,7 @@ impl Handler for RaftService {
 }
 
 /// The group's handle and the decoded message of one call.
-fn route(
-    service: &RaftService,
-    method: &str,
-    args: &[u8],
-) -> Result<(PartitionRaft, RaftMsg), WireError> {
+fn route(service: &RaftService, method: &str, args: &[u8]) -> Result<(Hosted, RaftMsg), WireError> {
     if method != RAFT_METHOD {
         return Err(WireError::new(
             WireCode::BadCall,
@@ -265,13 +325,13 @@ fn route(
     }
     let req =
         RaftRequest::decode(args).map_err(|e| WireError::new(WireCode::BadCall, e.to_string()))?;
-    let raft = service.get(req.group).ok_or_else(|| {
+    let hosted = service.hosted(req.group).ok_or_else(|| {
         WireError::new(
             WireCode::Unavailable,
             format!("raft group {} is not hosted on this node", req.group),
         )
     })?;
-    Ok((raft, req.msg))
+    Ok((hosted, req.msg))
 }
 
 /// One handler for a node's port: [`RAFT_METHOD`] and [`RAFT_BATCH_METHOD`]

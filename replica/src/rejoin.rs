@@ -1,0 +1,188 @@
+//! A replica that starts with an empty log and no vote abstains from
+//! elections until it has caught up with a leader.
+//!
+//! Why: a replica whose disk was wiped comes back empty, under its old id,
+//! and still a voter. It has forgotten the entries it acknowledged (some
+//! of them committed with its acknowledgement, so they may now rest on one
+//! other replica only) and the vote it cast. Were it to vote at once, it
+//! would grant its vote to any candidate (an empty log is never more up to
+//! date than a candidate's), so a lagging replica could be elected without
+//! those committed entries, and the leader's next appends would overwrite
+//! them on the one replica that still had them. So an empty replica
+//! answers vote requests itself, refusing, until:
+//!
+//! - a leader's append carried a commit index of the leader's own term
+//!   (once a leader has committed an entry of its term, its commit index
+//!   covers every entry committed before: Raft's leader completeness), and
+//! - this replica has applied up to that index (from the log or from a
+//!   snapshot), so its log is as complete as any committed history.
+//!
+//! From then on it votes as any replica does. Until then the group needs
+//! its two other replicas to elect a leader; if one of them is down too,
+//! the group waits for it rather than risk losing what it committed.
+//!
+//! A new group's members are empty too. Their first election is told
+//! apart by the candidate's log: a group's first entry (the membership
+//! that `initialize` writes) is at index 0, so a candidate whose log ends
+//! there has nothing a wiped replica could have acknowledged, and its
+//! request is handed to the group as usual.
+//!
+//! Not covered: a replica that lost its disk has also forgotten the term
+//! it voted in. After catching up it holds the term of the leader it
+//! caught up with; if a deposed leader of an older term is what reached
+//! it, it could vote a second time in a term it voted in before the wipe.
+//! That needs a stale leader still replicating while a newer election is
+//! under way, and the wipe and restart in between.
+
+use crate::types::{NodeId, PartitionRaft, TypeConfig};
+use openraft::error::RaftError;
+use openraft::raft::{AppendEntriesRequest, VoteRequest, VoteResponse};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Whether a replica that started empty may vote yet.
+#[derive(Debug)]
+pub struct Rejoin {
+    /// Still refusing votes.
+    abstaining: AtomicBool,
+    /// The commit index (of a leader's own term) to apply before voting,
+    /// once an append said it.
+    until: Mutex<Option<u64>>,
+}
+
+impl Default for Rejoin {
+    fn default() -> Self {
+        Rejoin::new()
+    }
+}
+
+impl Rejoin {
+    /// A replica that started empty: abstaining.
+    pub fn new() -> Rejoin {
+        Rejoin {
+            abstaining: AtomicBool::new(true),
+            until: Mutex::new(None),
+        }
+    }
+
+    /// Whether it still refuses votes.
+    pub fn abstaining(&self) -> bool {
+        self.abstaining.load(Ordering::Acquire)
+    }
+
+    /// Note an append from a leader: the first that carries a commit index
+    /// of the leader's own term sets what must be applied before voting.
+    pub fn saw_append(&self, req: &AppendEntriesRequest<TypeConfig>) {
+        if !self.abstaining() {
+            return;
+        }
+        let Some(commit) = req.leader_commit else {
+            return;
+        };
+        if commit.leader_id.term != req.vote.leader_id().term {
+            return;
+        }
+        let mut until = self.until.lock().unwrap_or_else(|p| p.into_inner());
+        if until.is_none() {
+            *until = Some(commit.index);
+        }
+    }
+
+    /// End the abstention if this replica, having applied up to
+    /// `applied`, has caught up; whether it still abstains.
+    pub fn update(&self, applied: Option<u64>) -> bool {
+        if !self.abstaining() {
+            return false;
+        }
+        let caught_up = {
+            let until = self.until.lock().unwrap_or_else(|p| p.into_inner());
+            until.is_some_and(|u| applied.is_some_and(|a| a >= u))
+        };
+        if caught_up {
+            self.abstaining.store(false, Ordering::Release);
+            tracing::info!("replica that started empty caught up: it votes again");
+        }
+        !caught_up
+    }
+
+    /// Whether `req` may be handed to the group, this replica having
+    /// applied up to `applied`.
+    pub fn may_vote(&self, req: &VoteRequest<NodeId>, applied: Option<u64>) -> bool {
+        // Else only a new group's first election: nothing to have forgotten.
+        !self.update(applied) || req.last_log_id.is_none_or(|l| l.index == 0)
+    }
+}
+
+/// What `raft` has applied, by index.
+pub fn applied(raft: &PartitionRaft) -> Option<u64> {
+    raft.metrics().borrow().last_applied.map(|l| l.index)
+}
+
+/// Answer `req` for `raft`, through `rejoin` if the replica started empty:
+/// a refusal, carrying this replica's own vote, while it abstains.
+pub async fn vote(
+    raft: &PartitionRaft,
+    rejoin: Option<&Rejoin>,
+    req: VoteRequest<NodeId>,
+) -> Result<VoteResponse<NodeId>, RaftError<NodeId>> {
+    if let Some(rejoin) = rejoin
+        && !rejoin.may_vote(&req, applied(raft))
+    {
+        tracing::debug!(candidate = %req.vote, "vote refused: this replica started empty and has not caught up");
+        let vote = raft.metrics().borrow().vote;
+        return Ok(VoteResponse {
+            vote,
+            vote_granted: false,
+            last_log_id: None,
+        });
+    }
+    raft.vote(req).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use openraft::{CommittedLeaderId, LogId, Vote};
+
+    fn log_id(term: u64, index: u64) -> LogId<NodeId> {
+        LogId::new(CommittedLeaderId::new(term, 1), index)
+    }
+
+    fn append(term: u64, commit: Option<LogId<NodeId>>) -> AppendEntriesRequest<TypeConfig> {
+        AppendEntriesRequest {
+            vote: Vote::new_committed(term, 1),
+            prev_log_id: None,
+            entries: Vec::new(),
+            leader_commit: commit,
+        }
+    }
+
+    fn candidate(last: Option<LogId<NodeId>>) -> VoteRequest<NodeId> {
+        VoteRequest::new(Vote::new(9, 2), last)
+    }
+
+    #[test]
+    fn an_empty_replica_votes_in_a_new_group_s_first_election_only() {
+        let r = Rejoin::new();
+        assert!(r.may_vote(&candidate(None), None));
+        assert!(r.may_vote(&candidate(Some(log_id(0, 0))), None));
+        assert!(!r.may_vote(&candidate(Some(log_id(3, 40))), None));
+        assert!(r.abstaining());
+    }
+
+    #[test]
+    fn it_votes_again_once_it_applied_a_commit_of_a_leader_s_own_term() {
+        let r = Rejoin::new();
+        // A commit index of an older term says nothing of what committed.
+        r.saw_append(&append(5, Some(log_id(4, 30))));
+        assert!(!r.may_vote(&candidate(Some(log_id(5, 50))), Some(30)));
+        r.saw_append(&append(5, Some(log_id(5, 42))));
+        // A later append does not move the mark.
+        r.saw_append(&append(5, Some(log_id(5, 60))));
+        assert!(!r.may_vote(&candidate(Some(log_id(5, 50))), Some(41)));
+        assert!(r.abstaining());
+        assert!(r.may_vote(&candidate(Some(log_id(5, 50))), Some(42)));
+        assert!(!r.abstaining());
+        assert!(r.may_vote(&candidate(Some(log_id(6, 70))), None));
+    }
+}
