@@ -16,11 +16,11 @@
 //! and the file's size does not change: each fdatasync then writes the
 //! data pages and nothing of the inode (on this machine's ext4, 2 waits
 //! for the disk a sync instead of 3.3-3.6, and 57-66 instead of 89-99 us
-//! of CPU; docs/benchmarks.md, "Preallocated log segments"). Zeros after the last
-//! record are therefore the normal end of the newest segment: a frame
-//! header of zeros ends the scan, and is a clean end when every byte after
-//! it is zero too; anything else there is a torn write and is cut off
-//! like any other.
+//! of CPU; docs/benchmarks.md, "Preallocated log segments"). Zeros after
+//! the last record are therefore the normal end of the newest segment: a
+//! frame header of zeros ends the scan, and is a clean end when every
+//! byte after it is zero too; anything else there is a torn write and is
+//! cut off like any other.
 
 use super::record::{FRAME_HEADER, MAX_BODY, SEGMENT_MAGIC, crc, parse_header};
 use std::fs::{File, OpenOptions};
