@@ -147,7 +147,7 @@ class LocalCluster:
     """A running `laneway cluster local` and its children."""
 
     def __init__(self, work: Path, stores: int = 3, gateways: int = 2, partitions: int = 8, replicas: int = 1,
-                 extra_env: Optional[dict] = None):
+                 extra_env: Optional[dict] = None, extra_args: Optional[list[str]] = None):
         self.work = work
         self.replicas = replicas
         self.dir = work / "cluster"
@@ -162,6 +162,7 @@ class LocalCluster:
         ]
         if replicas != 1:  # the default; the other tests' command lines stay as they were
             self.cmd += ["--replicas", str(replicas)]
+        self.cmd += extra_args or []
         self.stdout_path = work / "local.stdout.log"
         self.stderr_path = work / "local.stderr.log"
         env = {k: v for k, v in os.environ.items() if not k.startswith("LANEWAY_")}

@@ -9,7 +9,11 @@ in order, each starting from the cluster the one before left:
    workload runs: every node then holds 6 of the 24 replicas, store-4
    among them, and `laneway cluster status` shows store-4 in exactly the
    groups the map gives it. A second rebalance has nothing to move.
-2. `laneway cluster move-partition` moves one of store-4's replicas back
+2. store-3, which held every partition at the start and had some moved
+   to store-4, is restarted: it deletes its copies of exactly those
+   partitions (log, index rows, volume segments, snapshots), its groups
+   stay healthy, and everything written so far reads back.
+3. `laneway cluster move-partition` moves one of store-4's replicas back
    to the store node without that partition, then `laneway cluster
    remove-node` takes store-1 out, both under load: store-1 holds a
    replica of the catalog and led every group at the start, so its
@@ -19,7 +23,7 @@ in order, each starting from the cluster the one before left:
    on on every partition, tenants and buckets are still served, and every
    acknowledged object of both tests reads back, so nothing still
    depended on it.
-3. `remove-node` of store-2, which would leave two nodes for groups of
+4. `remove-node` of store-2, which would leave two nodes for groups of
    three replicas, is refused before anything moves (exit 1, saying to
    add a node) and changes neither the file nor any group.
 
@@ -52,6 +56,7 @@ from __future__ import annotations
 import builtins
 import os
 import re
+import signal
 import subprocess
 import time
 from collections import Counter
@@ -66,7 +71,8 @@ import lincheck
 from cluster_util import LocalCluster, free_port_block, tail
 from conftest import terminate
 from lincheck import Op
-from test_replication import STORE_READY, Nemesis, client, cluster_status, kill_node, node_cmdline, read_back
+from test_replication import (STORE_READY, Nemesis, client, cluster_status, kill_node, node_cmdline, read_back,
+                              restart_node)
 
 try:  # Python 3.11+; before it, `laneway cluster show` is parsed instead
     import tomllib
@@ -442,17 +448,17 @@ def readback_problems(cluster) -> list[str]:
 def cluster(tmp_path_factory):
     work = tmp_path_factory.mktemp("membership")
     c = LocalCluster(work, stores=3, gateways=2, partitions=PARTITIONS, replicas=REPLICAS)
-    c.restarted = {}  # test_replication's node_pid looks here first (none here)
+    c.restarted = {}  # nodes started again by restart_node (test_replication's node_pid looks here first)
     c.added = {}  # store nodes this module started: name -> AddedNode
     c.written = []  # (bucket, keys, ops) of each test, for the last read-back
     yield c
     try:
         code = c.stop()
     finally:
-        for node in c.added.values():
-            if node.proc.poll() is None:
-                terminate(node.proc, 60)
-    # store-1 was killed (test 2): a child that died counts as one that
+        for proc in [n.proc for n in c.added.values()] + list(c.restarted.values()):
+            if proc.poll() is None:
+                terminate(proc, 60)
+    # store-1 was killed (test 3): a child that died counts as one that
     # exited on its own.
     assert code in (0, 1), f"cluster local exited {code}\n{c.logs()}"
 
@@ -516,6 +522,41 @@ def test_a_fourth_node_takes_its_share_under_load(nemesis, cluster):
     nemesis.problems += problems
     nemesis.verify("add-node")
     remember(cluster, nemesis)
+
+
+@pytest.mark.timeout(300)
+def test_a_restarted_node_deletes_its_copies_of_the_replicas_moved_off_it(cluster):
+    """store-3 held every partition at the start and the rebalance moved
+    some to store-4; restarted now, it deletes its copy (log, index rows,
+    volumes, snapshots) of each partition the map no longer places on it,
+    and only of those; its groups stay healthy and everything written so
+    far reads back."""
+    name = "store-3"
+    m = read_map(cluster)
+    gone = {p for p in range(PARTITIONS) if name not in m.partitions[p]}
+    assert gone, f"no replica moved off {name}\n{m.show()}"
+    log = cluster.child(name).log
+    offset = log.stat().st_size
+    cmdline = kill_node(cluster, name, signal.SIGTERM)
+    restart_node(cluster, name, cmdline)
+    problems = wait_groups_ok(cluster, m)
+
+    def deleted() -> set[int]:
+        with open(log, "rb") as f:
+            f.seek(offset)
+            text = f.read().decode(errors="replace")
+        return {int(p) for p in re.findall(r"deleted the copy of a replica that moved away partition=p(\d+)", text)}
+    said = deleted()
+    if said != gone:
+        problems.append(f"{name} said it deleted its copies of {sorted(said)}, not of {sorted(gone)}")
+    root = cluster.dir / name / "partitions"
+    for p in sorted(gone):
+        left = sorted(x.name for x in (root / f"p{p:04d}" / "volumes").glob("seg-*"))
+        left += sorted(x.name for x in (root / f"p{p:04d}" / "raft" / "snapshots").glob("*.snap"))
+        if left:
+            problems.append(f"{name} keeps files of p{p:04d}, which moved off it: {left}")
+    problems += readback_problems(cluster)
+    assert not problems, "\n".join(problems + [m.show()])
 
 
 @pytest.mark.timeout(660)

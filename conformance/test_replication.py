@@ -89,8 +89,21 @@ PURGE_ROUNDS = 40
 
 
 def client(cluster, gateway: int):
-    """A workload client: three attempts, short timeouts."""
+    """A client for setup and checks: three attempts, short timeouts."""
     return s3_client(cluster.endpoint(gateway), ACCESS_KEY, SECRET_KEY, attempts=3, read_timeout=8)
+
+
+def workload_client(cluster, gateway: int):
+    """The workload's client: one attempt per call, so the history holds
+    every request the gateways answered. An SDK's retry of a PUT whose
+    first attempt failed with an unknown outcome (a 503 after a lost
+    leader) is a second write of the same value; if the first attempt
+    committed after all, a PUT of another client can fall between the
+    two, and one recorded call would have taken effect twice (seen as
+    A, then B, then A again), which no single linearization point
+    explains. Each attempt recorded as its own op, the first one of
+    unknown outcome, is what the server promised."""
+    return s3_client(cluster.endpoint(gateway), ACCESS_KEY, SECRET_KEY, attempts=1, read_timeout=8)
 
 
 def body_for(token: str, rng: random.Random) -> bytes:
@@ -143,7 +156,7 @@ class Workload:
 
     def _run(self, t: int, seed: int) -> None:
         rng = random.Random(seed)
-        s3 = client(self.cluster, t % 2)
+        s3 = workload_client(self.cluster, t % 2)
         for n in range(OPS_PER_THREAD):
             if self.stopping.wait(rng.random() * THINK_S) or time.monotonic() > self.deadline:
                 return
@@ -286,6 +299,12 @@ class Nemesis:
         self.workload: Optional[Workload] = None
         # Acknowledged PUTs of keys outside the workload's.
         self.fresh: list[Op] = []
+        # (monotonic time, what) of every fault made and undone, for the
+        # report of a failing check.
+        self.events: list[tuple[float, str]] = []
+
+    def _event(self, what: str) -> None:
+        self.events.append((time.monotonic(), what))
 
     def start(self, name: str, seed: int, warmup: float = 3.0) -> str:
         """A new bucket with a workload on it, running for `warmup` s."""
@@ -315,10 +334,12 @@ class Nemesis:
         return bucket
 
     def kill(self, name: str, sig=signal.SIGKILL) -> None:
+        self._event(f"kill {name} ({signal.Signals(sig).name})")
         self.killed[name] = kill_node(self.cluster, name, sig)
 
     def restart(self, name: str, uid: Optional[int] = None) -> None:
         restart_node(self.cluster, name, self.killed.pop(name), uid)
+        self._event(f"{name} restarted")
 
     def cut(self, uid: int) -> None:
         """Drop every packet the processes of `uid` send on loopback: the
@@ -327,19 +348,24 @@ class Nemesis:
         rule = ["OUTPUT", "-o", "lo", "-m", "owner", "--uid-owner", str(uid), "-j", "DROP"]
         iptables("-I", *rule)
         self.cuts.append(rule)
+        self._event(f"cut uid {uid}")
 
     def heal(self) -> None:
+        if self.cuts:
+            self._event("healed")
         while self.cuts:
             iptables("-D", *self.cuts.pop())
 
     def stop(self, name: str) -> int:
         pid = node_pid(self.cluster, name)
         os.kill(pid, signal.SIGSTOP)
+        self._event(f"SIGSTOP {name} (pid {pid})")
         self.stopped.append(pid)
         return pid
 
     def cont(self, pid: int) -> None:
         os.kill(pid, signal.SIGCONT)
+        self._event(f"SIGCONT pid {pid}")
         self.stopped.remove(pid)
 
     def writes_succeed(self, label: str) -> None:
@@ -389,13 +415,24 @@ class Nemesis:
                 self.problems.append(f"gateway {g + 1}: {len(lost)} acknowledged PUTs lost or changed:\n"
                                      + "\n".join(w.describe(t0) for w in lost[:8]))
         mine = set(self.workload.keys)
-        report = lincheck.check(history + [r for r in reads if r.key in mine])
+        checked = history + [r for r in reads if r.key in mine]
+        report = lincheck.check(checked)
         if not report.ok:
             self.problems.append(f"lincheck: {report.describe()}")
+            self.problems.append(self._story(checked, [v.key for v in report.violations[:2]], report.t0))
         why = usage_differs(self.cluster, self.bucket)
         if why:
             self.problems.append(why)
         assert not self.problems, f"{summary}\n" + "\n".join(self.problems)
+
+    def _story(self, ops: list[Op], keys: list[str], t0: float) -> str:
+        """The faults and every op of `keys`, in time order (process pN
+        went through gateway N % 2 + 1), so a violation can be read whole."""
+        lines = ["faults: " + ", ".join(f"{at - t0:.3f} {what}" for at, what in self.events)]
+        for key in keys:
+            lines.append(f"every op of {key}:")
+            lines += [f"    {o.show(t0)}" for o in sorted(ops, key=lambda o: o.invoke) if o.key == key]
+        return "\n".join(lines)
 
     def undo(self) -> None:
         self.heal()
@@ -643,9 +680,13 @@ def partition_logs_purged(cluster) -> bool:
 
 
 def fully_replicated(cluster) -> bool:
+    """Every group has a leader and every replica is up, has applied all
+    its leader's log and votes (a replica that started empty, a wiped
+    disk, abstains until it caught up: `abstaining` in the status)."""
     groups = cluster_status(cluster)["groups"]
     return bool(groups) and all(
-        g["leader"] and all(r["up"] and r["lag"] == 0 for r in g["replicas"]) for g in groups
+        g["leader"] and all(r["up"] and r["lag"] == 0 and not r["abstaining"] for r in g["replicas"])
+        for g in groups
     )
 
 

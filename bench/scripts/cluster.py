@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Cluster benchmarks of docs/benchmarks.md ("Cluster"), in one run.
 
-    bench/scripts/cluster.py [compare|fairness|replicas|rf3put|failover|catchup|move|all]
+    bench/scripts/cluster.py [compare|fairness|replicas|rf3put|failover|catchup|move|compact|all]
 
 compare: `laneway serve` and a cluster of one gateway and three store
 nodes (`laneway gateway` + `laneway store`, loopback), each fresh in its
@@ -36,6 +36,17 @@ partition's replica moved to it with `laneway cluster move-partition`
 while nothing else runs: the seconds the move took, and the log entries
 and bytes the new replica received per second; then `laneway cluster
 rebalance` (48 replicas over 4 nodes: 12 each) timed whole.
+
+compact: volume compaction at RF 1 and at RF 3, each once with the
+background pass off (LANEWAY_COMPACT_EVERY=3600) and once every second
+(each a fresh cluster of one gateway and three store nodes, segments of
+16 MiB with `--disk-reserve 64M`): COMPACT_OPS (default 512) PUTs of
+1 MiB over COMPACT_KEYS (default 64) keys, so most of what is written is
+overwritten; then, with no load, until the store nodes' volume bytes do
+not change for 3 s. Printed: the volumes left on disk, and the store
+nodes' CPU over the load and the settling, per PUT. At RF 3 each
+partition's leader compacts and every replica deletes the segments
+through the log.
 
 fairness: a cluster of two gateways and three store nodes; tenant a
 (weight 1) has its workers dealt over both gateways, tenant b (weight 3)
@@ -538,6 +549,61 @@ def move(s, objects=None):
         s.close()
 
 
+def volume_bytes(s):
+    """Bytes of every store node's volume segments."""
+    total = 0
+    for root, _, files in os.walk(s.dir):
+        if os.path.basename(root) == "volumes":
+            total += sum(os.path.getsize(os.path.join(root, f)) for f in files if f.startswith("seg-"))
+    return total
+
+
+def compact():
+    """RF 1 and RF 3, each with compaction off (a pass an hour) and on (a
+    pass every second): overwrite-heavy 1 MiB PUTs, then until the
+    volumes stop changing; what is left on disk and what it cost."""
+    os.environ["LANEWAY_DISK_RESERVE"] = "64M"
+    ops = int(os.environ.get("COMPACT_OPS", "512"))
+    keys = int(os.environ.get("COMPACT_KEYS", "64"))
+    for replicas in (1, 3):
+        for every in ("3600", "1"):
+            os.environ["LANEWAY_COMPACT_EVERY"] = every
+            s = cluster(PORT, 1, replicas=replicas)
+            try:
+                compact_run(s, replicas, every, ops, keys)
+            finally:
+                s.close()
+
+
+def compact_run(s, replicas, every, ops, keys):
+    """One `compact` measurement on the fresh cluster `s`."""
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": ACCESS, "AWS_SECRET_ACCESS_KEY": SECRET}
+    stores = [p for p in s.procs if p.role == "store"]
+    cpu0 = sum(cpu_seconds(p.p.pid) for p in stores)
+    t0 = time.monotonic()
+    out = subprocess.run(LOADER_CPU + [BENCH, "put", "--endpoint", s.s3[0], "--size", "1MiB",
+                                       "--concurrency", "8", "--objects", str(keys),
+                                       "--ops", str(ops), "--duration", "3000",
+                                       "--bucket", "compact"],
+                         env=env, capture_output=True, text=True)
+    load = time.monotonic() - t0
+    ok = summary_row(out.stdout, "put")[0]
+    last, still = volume_bytes(s), time.monotonic()
+    while time.monotonic() - still < 3 and time.monotonic() - t0 < 600:
+        time.sleep(0.2)
+        now = volume_bytes(s)
+        if now != last:
+            last, still = now, time.monotonic()
+    cpu = sum(cpu_seconds(p.p.pid) for p in stores) - cpu0
+    written = ok * 2**20 * replicas
+    print(f"## compact RF {replicas}, a pass every {every} s: {ok} PUTs of 1 MiB over {keys} keys "
+          f"in {load:.1f} s ({written / 2**20:.0f} MiB written on the three store nodes, "
+          f"{keys * replicas} MiB live)")
+    print(f"# volumes settled at {last / 2**20:.0f} MiB, {still - t0 - load:.1f} s after the load; "
+          f"store CPU {cpu:.2f} s ({cpu / max(ok, 1) * 1e3:.2f} ms a PUT)")
+    sys.stdout.flush()
+
+
 def du(path):
     """Bytes on disk under `path` (`du -sb`)."""
     out = subprocess.run(["du", "-sb", path], capture_output=True, text=True, check=True).stdout
@@ -690,6 +756,8 @@ def main():
         catchup(cluster(PORT, 1, replicas=3))
     if what == "move":
         move(cluster(PORT, 1, replicas=3))
+    if what == "compact":
+        compact()
 
 
 if __name__ == "__main__":

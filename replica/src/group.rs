@@ -17,6 +17,11 @@
 //! Reads: [`Group::read_barrier`] is openraft's read-index
 //! (`ensure_linearizable`): the leader confirms with a quorum that it still
 //! leads, then waits until it has applied what was committed before.
+//!
+//! Volumes are compacted by the leader ([`Group::drop_segment`] deletes a
+//! segment on every replica through the log), and a partition the map no
+//! longer places on this node has its left-behind copy deleted before its
+//! group starts ([`RaftOpener`]'s `forget_left`).
 
 use crate::lease::{AckClock, LeasedNetwork, lease_for};
 use crate::machine::PartitionMachine;
@@ -94,6 +99,8 @@ pub struct RaftGroup {
     lease: Lease,
     /// The group's log (for its size in the status).
     log: RaftLog,
+    /// Set when this replica started empty (for the status).
+    rejoin: Option<Arc<crate::rejoin::Rejoin>>,
 }
 
 /// What a group's leader reads under without a read-index round
@@ -248,6 +255,18 @@ impl Group for RaftGroup {
         })
     }
 
+    fn drop_segment(&self, segment: u64) -> BoxFuture<'static, StoreResult<()>> {
+        let raft = self.raft.clone();
+        Box::pin(async move {
+            let m = Mutation::of_drop(segment);
+            match tokio::time::timeout(GROUP_DEADLINE, raft.client_write(m)).await {
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err(e)) => Err(write_error(e)),
+                Err(_) => Err(too_slow("deleting a volume segment")),
+            }
+        })
+    }
+
     fn read_barrier(&self) -> BoxFuture<'static, StoreResult<()>> {
         if self.lease_holds() {
             return Box::pin(async { Ok(()) });
@@ -281,6 +300,7 @@ impl Group for RaftGroup {
                 .map(|(id, l)| (*id, l.map_or(0, |l| l.index)))
                 .collect(),
             log_bytes: self.log.stored_bytes(),
+            abstaining: self.rejoin.as_ref().is_some_and(|r| r.settle(&m)),
         }
     }
 
@@ -350,6 +370,11 @@ pub fn turn_of(members: &BTreeMap<NodeId, BasicNode>, n: u64) -> Option<NodeId> 
     members.keys().nth(at).copied()
 }
 
+/// [`RaftOpener::started`].
+pub type Started = Box<
+    dyn Fn(PartitionId, PartitionRaft, bool) -> Option<Arc<crate::rejoin::Rejoin>> + Send + Sync,
+>;
+
 /// The partition id the catalog's group goes by in a [`RaftOpener`]'s
 /// `network` and `started` (its transport group is
 /// [`crate::net::CATALOG_GROUP`], the same number).
@@ -372,8 +397,8 @@ pub struct RaftOpener<N> {
     pub network: Box<dyn Fn(PartitionId) -> N + Send + Sync>,
     /// Called with each started group and whether it started empty (the
     /// transport's receiving side registers it here, an empty one with a
-    /// [`crate::rejoin::Rejoin`]).
-    pub started: Box<dyn Fn(PartitionId, PartitionRaft, bool) + Send + Sync>,
+    /// [`crate::rejoin::Rejoin`], which it returns for the group's status).
+    pub started: Started,
     /// The runtime the groups run on.
     pub handle: Handle,
     /// Log entries between two snapshots of a partition's group
@@ -443,10 +468,13 @@ where
         dir: &Path,
     ) -> StoreResult<Arc<dyn Group>> {
         let spec = (self.spec)(partition);
+        if !spec.members.contains_key(&spec.me) {
+            self.forget_left(partition, &index, &volumes, dir)?;
+        }
         let config = store_group_config_with(&partition.to_string(), self.snapshot_entries)
             .map(|c| self.heartbeats(c))
             .map_err(|e| StoreError::Engine(e.to_string()))?;
-        let (raft, lease, log) = self.start(
+        let group = self.start(
             partition,
             spec,
             config,
@@ -454,13 +482,8 @@ where
             Some(Arc::clone(&volumes)),
             dir,
         )?;
-        watch_leadership(&self.handle, raft.clone(), volumes);
-        Ok(Arc::new(RaftGroup {
-            raft,
-            handle: self.handle.clone(),
-            lease,
-            log,
-        }))
+        watch_leadership(&self.handle, group.raft.clone(), volumes);
+        Ok(Arc::new(group))
     }
 
     fn open_catalog(
@@ -474,13 +497,8 @@ where
         let config = crate::net::group_config("catalog")
             .map(|c| self.heartbeats(c))
             .map_err(|e| StoreError::Engine(e.to_string()))?;
-        let (raft, lease, log) = self.start(CATALOG_PARTITION, spec, config, index, None, dir)?;
-        Ok(Some(Arc::new(RaftGroup {
-            raft,
-            handle: self.handle.clone(),
-            lease,
-            log,
-        })))
+        let group = self.start(CATALOG_PARTITION, spec, config, index, None, dir)?;
+        Ok(Some(Arc::new(group)))
     }
 }
 
@@ -524,6 +542,42 @@ where
         }
     }
 
+    /// Delete what this node still holds of partition `id` when the map
+    /// does not place a replica of it here (one moved away: `laneway
+    /// cluster move-partition`, `rebalance`, `remove-node`): its log in
+    /// the node's log file, its index rows, volume segments and snapshots,
+    /// before the group starts, so it starts empty and idle. The map names
+    /// a replica's new place only after the voters without this node
+    /// committed (`laneway_gateway` cluster members), so the group no
+    /// longer counts on this copy; a node that is a voter the map does
+    /// not name yet (a move cut short before its map write) comes back
+    /// empty and abstains from votes until it caught up
+    /// ([`crate::rejoin`]), as after a lost disk. A log in an older layout
+    /// (a keyspace of its own) is left alone, and the rest with it.
+    fn forget_left(
+        &self,
+        id: PartitionId,
+        index: &Arc<dyn MetaIndex>,
+        volumes: &Arc<VolumeSet>,
+        dir: &Path,
+    ) -> StoreResult<()> {
+        let RaftLog::File(log) = self.open_log(id, dir)? else {
+            return Ok(());
+        };
+        let logged = log.is_known();
+        if logged {
+            self.handle
+                .block_on(log.forget())
+                .map_err(|e| StoreError::Engine(format!("{id}: forgetting its log: {e}")))?;
+        }
+        let wiped = crate::machine::wipe(index.as_ref(), Some(volumes), &dir.join("snapshots"))
+            .map_err(|e| StoreError::Engine(format!("{id}: deleting a moved replica: {e}")))?;
+        if logged || wiped {
+            tracing::info!(partition = %id, "deleted the copy of a replica that moved away");
+        }
+        Ok(())
+    }
+
     /// Start this node's replica of the group `id` names: its log
     /// ([`RaftOpener::open_log`]), its state machine over `index` (and `volumes`), its
     /// transport recording the acknowledgements its reads' lease rests on.
@@ -535,7 +589,7 @@ where
         index: Arc<dyn MetaIndex>,
         volumes: Option<Arc<VolumeSet>>,
         dir: &Path,
-    ) -> StoreResult<(PartitionRaft, Lease, RaftLog)> {
+    ) -> StoreResult<RaftGroup> {
         let what = if id == CATALOG_PARTITION {
             "the catalog".to_string()
         } else {
@@ -553,6 +607,7 @@ where
             time: lease_for(&config),
         };
         let network = LeasedNetwork::new((self.network)(id), Arc::clone(&lease.clock));
+        let mut rejoin = None;
         let raft = self
             .handle
             .block_on(launch(
@@ -563,10 +618,16 @@ where
                 network,
                 log,
                 machine,
-                |raft, empty| (self.started)(id, raft.clone(), empty),
+                |raft, empty| rejoin = (self.started)(id, raft.clone(), empty),
             ))
             .map_err(|e| StoreError::Unavailable(format!("{what} group: {e}")))?;
-        Ok((raft, lease, kept))
+        Ok(RaftGroup {
+            raft,
+            handle: self.handle.clone(),
+            lease,
+            log: kept,
+            rejoin,
+        })
     }
 }
 

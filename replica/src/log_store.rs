@@ -180,6 +180,7 @@ fn weight(entry: &LogEntry) -> usize {
                 .map(|op| match op {
                     crate::types::OpWire::Put(k, v) => k.len() + v.len(),
                     crate::types::OpWire::Delete(k) => k.len(),
+                    crate::types::OpWire::DropSegment(_) => 8,
                 })
                 .sum();
             rows + m.data.iter().map(|p| p.bytes.len()).sum::<usize>()

@@ -195,11 +195,11 @@ impl PartitionMachine {
     }
 }
 
-/// Whether any of `entries` carries volume data.
-fn carries_data(entries: &[LogEntry]) -> bool {
+/// Whether any of `entries` writes or deletes volume files.
+fn touch_volumes(entries: &[LogEntry]) -> bool {
     entries
         .iter()
-        .any(|e| matches!(&e.payload, EntryPayload::Normal(m) if !m.data.is_empty()))
+        .any(|e| matches!(&e.payload, EntryPayload::Normal(m) if m.touches_volumes()))
 }
 
 /// Remove temporary and half-received snapshot files from `dir`.
@@ -255,6 +255,44 @@ fn for_each_index_page(
     f: impl FnMut(&[Entry]) -> ReplicaResult<()>,
 ) -> ReplicaResult<()> {
     for_each_data_page(&|a, b, n| index.scan(a, b, n), f)
+}
+
+/// Delete a replica's whole state machine: every row of `index` (the
+/// machine's own rows too), every segment of `volumes` and the snapshots
+/// in `dir`, durably; whether there was anything to delete. For a replica
+/// that left its node ([`crate::group`]): each step can be cut by a crash
+/// and done again.
+pub fn wipe(index: &dyn MetaIndex, volumes: Option<&VolumeSet>, dir: &Path) -> ReplicaResult<bool> {
+    let mut found = false;
+    // Each page from after the last (not from the start again, which would
+    // step over every tombstone before it on each page).
+    let mut from = Vec::new();
+    loop {
+        let page = index.scan(&from, b"", PAGE)?;
+        let Some((last, _)) = page.last() else {
+            break;
+        };
+        found = true;
+        from = last.clone();
+        from.push(0);
+        let mut batch = WriteBatch::default();
+        page.into_iter().for_each(|(k, _)| batch.delete(k));
+        index.write(batch)?;
+    }
+    if found {
+        index.sync()?;
+    }
+    if let Some(v) = volumes {
+        for (id, _) in v.extents()? {
+            v.drop_segment(id)?;
+            found = true;
+        }
+    }
+    if dir.exists() {
+        found |= std::fs::read_dir(dir)?.next().is_some();
+        std::fs::remove_dir_all(dir)?;
+    }
+    Ok(found)
 }
 
 /// fsync the directory `dir`, so a rename in it is durable.
@@ -316,6 +354,7 @@ impl Shared {
                 EntryPayload::Blank => {}
                 EntryPayload::Normal(m) => {
                     self.write_data(&m.data, &mut written)?;
+                    self.drop_segments(&m, &mut written)?;
                     m.batch.append_to(&mut batch);
                 }
                 EntryPayload::Membership(mem) => {
@@ -358,6 +397,29 @@ impl Shared {
         for p in pieces {
             v.write_at(p.segment, p.offset, &p.bytes)?;
             written.insert(p.segment);
+        }
+        Ok(())
+    }
+
+    /// Delete the segments an entry drops (after every entry before it
+    /// wrote to them), durably; they no longer need a sync. Deleted
+    /// before the index batch that records the entry applied: an apply
+    /// repeated after a crash recreates a segment from the pieces before
+    /// the drop and deletes it again, where the other order could record
+    /// the drop applied and leave the file behind for good.
+    fn drop_segments(
+        &self,
+        m: &crate::types::Mutation,
+        written: &mut std::collections::BTreeSet<u64>,
+    ) -> ReplicaResult<()> {
+        for segment in m.drops() {
+            let Some(v) = &self.volumes else {
+                return Err(ReplicaError::Snapshot(
+                    "an entry drops a volume segment but the group has no volumes".into(),
+                ));
+            };
+            v.drop_segment(segment)?;
+            written.remove(&segment);
         }
         Ok(())
     }
@@ -477,7 +539,27 @@ impl Shared {
             ));
         }
         self.make_current(&path)?;
-        self.replace_rows(&self.current_path(), meta)
+        self.replace_rows(&self.current_path(), meta)?;
+        self.drop_unnamed(&segments)
+    }
+
+    /// Delete every volume segment `segments` (an installed snapshot's)
+    /// does not name: a segment the leader had deleted by the snapshot's
+    /// last entry, whose drop this replica will never apply (the log
+    /// before the snapshot is gone). A segment made later is not here yet
+    /// either: this replica applied less than the snapshot holds, and
+    /// only applies write segments.
+    fn drop_unnamed(&self, segments: &[SegmentExtent]) -> ReplicaResult<()> {
+        let Some(v) = &self.volumes else {
+            return Ok(());
+        };
+        let named: std::collections::HashSet<u64> = segments.iter().map(|s| s.id).collect();
+        for (id, _) in v.extents()? {
+            if !named.contains(&id) {
+                v.drop_segment(id)?;
+            }
+        }
+        Ok(())
     }
 
     /// Every partition row removed, the rows of the (checked) stream in
@@ -521,8 +603,9 @@ impl Shared {
             return Ok(());
         }
         let path = self.current_path();
-        read_stream(BufReader::new(File::open(&path)?), |_, _| {})?;
-        self.replace_rows(&path, &meta)
+        let head = read_stream(BufReader::new(File::open(&path)?), |_, _| {})?;
+        self.replace_rows(&path, &meta)?;
+        self.drop_unnamed(&head.segments)
     }
 
     /// A new file to receive a snapshot stream into.
@@ -645,7 +728,7 @@ impl RaftStateMachine<TypeConfig> for PartitionMachine {
     {
         let entries: Vec<LogEntry> = entries.into_iter().collect();
         match &self.applies {
-            Some(queue) if !carries_data(&entries) => self.apply_queued(queue, entries).await,
+            Some(queue) if !touch_volumes(&entries) => self.apply_queued(queue, entries).await,
             _ => {
                 self.run(Work::WriteMachine, move |s| s.apply(entries))
                     .await
@@ -834,6 +917,130 @@ mod tests {
         assert_eq!(b.index().get(b"k").expect("get"), Some(b"v".to_vec()));
     }
 
+    /// A machine whose entries write `volumes`.
+    fn machine_with_volumes(dir: &Path) -> (PartitionMachine, Arc<VolumeSet>) {
+        let index: Arc<dyn MetaIndex> =
+            Arc::from(open_index(Engine::Fjall, &dir.join("index")).expect("index"));
+        let volumes = Arc::new(VolumeSet::open(&dir.join("volumes"), 1 << 30).expect("volumes"));
+        volumes.replicated();
+        let m =
+            PartitionMachine::open_with(index, Some(Arc::clone(&volumes)), &dir.join("snapshots"))
+                .expect("machine");
+        (m, volumes)
+    }
+
+    /// An entry at `index` writing `bytes` at the start of `segment`.
+    fn piece_entry(index: u64, segment: u64, bytes: &[u8]) -> LogEntry {
+        let write = laneway_store::replication::VolumeWrite {
+            segment,
+            offset: 0,
+            bytes: bytes::Bytes::copy_from_slice(bytes),
+        };
+        LogEntry {
+            log_id: openraft::testing::log_id(1, 1, index),
+            payload: EntryPayload::Normal(Mutation::of_data(&write)),
+        }
+    }
+
+    /// An entry at `index` deleting `segment`.
+    fn drop_entry(index: u64, segment: u64) -> LogEntry {
+        LogEntry {
+            log_id: openraft::testing::log_id(1, 1, index),
+            payload: EntryPayload::Normal(Mutation::of_drop(segment)),
+        }
+    }
+
+    /// The segment ids `volumes` holds.
+    fn segment_ids(volumes: &VolumeSet) -> Vec<u64> {
+        volumes
+            .extents()
+            .expect("extents")
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_drop_deletes_its_segment_after_the_pieces_before_it_also_when_applied_again() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut m, volumes) = machine_with_volumes(dir.path());
+        let entries = vec![
+            piece_entry(1, 7, b"seven"),
+            piece_entry(2, 8, b"eight"),
+            drop_entry(3, 7),
+            put_entry(4, b"k", b"v"),
+        ];
+        m.apply(entries.clone()).await.expect("apply");
+        assert_eq!(segment_ids(&volumes), vec![8]);
+        // As after a crash that lost the index's newest applies: the same
+        // entries again recreate the segment from its piece and delete it.
+        m.apply(entries).await.expect("apply again");
+        assert_eq!(segment_ids(&volumes), vec![8]);
+        let files: Vec<_> = std::fs::read_dir(dir.path().join("volumes"))
+            .expect("dir")
+            .collect();
+        assert_eq!(files.len(), 1, "only segment 8 is on disk");
+        assert_eq!(m.index().get(b"k").expect("get"), Some(b"v".to_vec()));
+    }
+
+    #[tokio::test]
+    async fn a_snapshot_sent_after_a_drop_carries_zeros_and_its_install_deletes_unnamed_segments() {
+        let (a_dir, b_dir) = (
+            tempfile::tempdir().expect("a"),
+            tempfile::tempdir().expect("b"),
+        );
+        let (mut a, a_volumes) = machine_with_volumes(a_dir.path());
+        let snap = applied_and_snapshotted(
+            &mut a,
+            vec![piece_entry(1, 7, b"seven"), piece_entry(2, 8, b"eight")],
+        )
+        .await;
+        // Compaction deletes segment 7 after the build.
+        a.apply(vec![drop_entry(3, 7)]).await.expect("drop");
+        assert_eq!(segment_ids(&a_volumes), vec![8]);
+
+        // b holds a segment the snapshot does not name (dropped before it).
+        let (mut b, b_volumes) = machine_with_volumes(b_dir.path());
+        b.apply(vec![piece_entry(1, 5, b"five")])
+            .await
+            .expect("apply");
+        send_current_snapshot(&mut a, &mut b, &snap.meta).await;
+        assert_eq!(segment_ids(&b_volumes), vec![7, 8]);
+        let read = |id: u64| {
+            let mut buf = vec![0u8; 5];
+            std::os::unix::fs::FileExt::read_exact_at(
+                &*b_volumes.file(id).expect("file"),
+                &mut buf,
+                0,
+            )
+            .expect("read");
+            buf
+        };
+        assert_eq!(read(7), vec![0u8; 5], "a dropped segment travels as zeros");
+        assert_eq!(read(8), b"eight".to_vec());
+        // The drop after the snapshot, applied from the log, deletes it.
+        b.apply(vec![drop_entry(3, 7)]).await.expect("drop");
+        assert_eq!(segment_ids(&b_volumes), vec![8]);
+    }
+
+    /// Stream `from`'s current snapshot into `to` and install it there.
+    async fn send_current_snapshot(
+        from: &mut PartitionMachine,
+        to: &mut PartitionMachine,
+        meta: &SnapshotMeta,
+    ) {
+        let mut into = to.begin_receiving_snapshot().await.expect("receive");
+        let mut current = from
+            .get_current_snapshot()
+            .await
+            .expect("current")
+            .expect("a snapshot");
+        copy_stream(&mut current.snapshot, &mut into)
+            .await
+            .expect("copy");
+        to.install_snapshot(meta, into).await.expect("install");
+    }
+
     /// Apply `entries` to `m`, then build its snapshot.
     async fn applied_and_snapshotted(
         m: &mut PartitionMachine,
@@ -891,16 +1098,7 @@ mod tests {
         b.apply(vec![rows_entry(1, rows / 2..rows + 500, b"stale")])
             .await
             .expect("apply");
-        let mut into = b.begin_receiving_snapshot().await.expect("receive");
-        let mut current = a
-            .get_current_snapshot()
-            .await
-            .expect("current")
-            .expect("a snapshot");
-        copy_stream(&mut current.snapshot, &mut into)
-            .await
-            .expect("copy");
-        b.install_snapshot(&snap.meta, into).await.expect("install");
+        send_current_snapshot(&mut a, &mut b, &snap.meta).await;
         assert_eq!(rows_of(b.index().as_ref()), want);
         assert_eq!(
             b.applied_state().await.expect("state").0,

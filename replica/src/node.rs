@@ -104,7 +104,7 @@ impl NodeReplication {
             catalog,
             network: Box::new(move |p: PartitionId| RpcNetwork::new(p.0, Arc::clone(&peers))),
             started: Box::new(move |p: PartitionId, raft, empty| {
-                registry.register_as(p.0, raft, empty);
+                registry.register_as(p.0, raft, empty)
             }),
             handle,
             snapshot_entries,

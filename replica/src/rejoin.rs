@@ -17,7 +17,12 @@
 //! - this replica has applied up to that index (from the log or from a
 //!   snapshot), so its log is as complete as any committed history.
 //!
-//! From then on it votes as any replica does. Until then the group needs
+//! It also ends when the replica itself is elected leader (a leader's
+//! log holds every committed entry: it needs nothing more), which is how a
+//! new group's first leader, empty when it started, stops abstaining; no
+//! leader appends to it. From then on it votes as any replica does, and
+//! `laneway cluster status` shows the replica as abstaining until then.
+//! Until then the group needs
 //! its two other replicas to elect a leader; if one of them is down too,
 //! the group waits for it rather than risk losing what it committed.
 //!
@@ -37,6 +42,7 @@
 use crate::types::{NodeId, PartitionRaft, TypeConfig};
 use openraft::error::RaftError;
 use openraft::raft::{AppendEntriesRequest, VoteRequest, VoteResponse};
+use openraft::{BasicNode, RaftMetrics, ServerState};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -105,17 +111,23 @@ impl Rejoin {
         !caught_up
     }
 
-    /// Whether `req` may be handed to the group, this replica having
-    /// applied up to `applied`.
-    pub fn may_vote(&self, req: &VoteRequest<NodeId>, applied: Option<u64>) -> bool {
-        // Else only a new group's first election: nothing to have forgotten.
-        !self.update(applied) || req.last_log_id.is_none_or(|l| l.index == 0)
+    /// End the abstention if this replica, as `m` shows it, leads its
+    /// group or has caught up; whether it still abstains.
+    pub fn settle(&self, m: &RaftMetrics<NodeId, BasicNode>) -> bool {
+        if m.state == ServerState::Leader && self.abstaining() {
+            self.abstaining.store(false, Ordering::Release);
+            tracing::info!("replica that started empty was elected leader: it votes again");
+            return false;
+        }
+        self.update(m.last_applied.map(|l| l.index))
     }
-}
 
-/// What `raft` has applied, by index.
-pub fn applied(raft: &PartitionRaft) -> Option<u64> {
-    raft.metrics().borrow().last_applied.map(|l| l.index)
+    /// Whether `req` may be handed to the group, this replica as `m`
+    /// shows it.
+    pub fn may_vote(&self, req: &VoteRequest<NodeId>, m: &RaftMetrics<NodeId, BasicNode>) -> bool {
+        // Else only a new group's first election: nothing to have forgotten.
+        !self.settle(m) || req.last_log_id.is_none_or(|l| l.index == 0)
+    }
 }
 
 /// Answer `req` for `raft`, through `rejoin` if the replica started empty:
@@ -125,13 +137,14 @@ pub async fn vote(
     rejoin: Option<&Rejoin>,
     req: VoteRequest<NodeId>,
 ) -> Result<VoteResponse<NodeId>, RaftError<NodeId>> {
-    if let Some(rejoin) = rejoin
-        && !rejoin.may_vote(&req, applied(raft))
-    {
+    if let Some(rejoin) = rejoin {
+        let m = raft.metrics().borrow().clone();
+        if rejoin.may_vote(&req, &m) {
+            return raft.vote(req).await;
+        }
         tracing::debug!(candidate = %req.vote, "vote refused: this replica started empty and has not caught up");
-        let vote = raft.metrics().borrow().vote;
         return Ok(VoteResponse {
-            vote,
+            vote: m.vote,
             vote_granted: false,
             last_log_id: None,
         });
@@ -161,12 +174,29 @@ mod tests {
         VoteRequest::new(Vote::new(9, 2), last)
     }
 
+    /// A follower's metrics, having applied up to `applied`.
+    fn at(applied: Option<u64>) -> RaftMetrics<NodeId, BasicNode> {
+        let mut m = RaftMetrics::new_initial(1);
+        m.last_applied = applied.map(|i| log_id(1, i));
+        m
+    }
+
+    #[test]
+    fn an_empty_replica_elected_leader_votes_again() {
+        let r = Rejoin::new();
+        assert!(r.settle(&at(None)));
+        let mut m = at(Some(0));
+        m.state = ServerState::Leader;
+        assert!(!r.settle(&m), "a leader no longer abstains");
+        assert!(r.may_vote(&candidate(Some(log_id(3, 40))), &at(Some(0))));
+    }
+
     #[test]
     fn an_empty_replica_votes_in_a_new_group_s_first_election_only() {
         let r = Rejoin::new();
-        assert!(r.may_vote(&candidate(None), None));
-        assert!(r.may_vote(&candidate(Some(log_id(0, 0))), None));
-        assert!(!r.may_vote(&candidate(Some(log_id(3, 40))), None));
+        assert!(r.may_vote(&candidate(None), &at(None)));
+        assert!(r.may_vote(&candidate(Some(log_id(0, 0))), &at(None)));
+        assert!(!r.may_vote(&candidate(Some(log_id(3, 40))), &at(None)));
         assert!(r.abstaining());
     }
 
@@ -175,14 +205,14 @@ mod tests {
         let r = Rejoin::new();
         // A commit index of an older term says nothing of what committed.
         r.saw_append(&append(5, Some(log_id(4, 30))));
-        assert!(!r.may_vote(&candidate(Some(log_id(5, 50))), Some(30)));
+        assert!(!r.may_vote(&candidate(Some(log_id(5, 50))), &at(Some(30))));
         r.saw_append(&append(5, Some(log_id(5, 42))));
         // A later append does not move the mark.
         r.saw_append(&append(5, Some(log_id(5, 60))));
-        assert!(!r.may_vote(&candidate(Some(log_id(5, 50))), Some(41)));
+        assert!(!r.may_vote(&candidate(Some(log_id(5, 50))), &at(Some(41))));
         assert!(r.abstaining());
-        assert!(r.may_vote(&candidate(Some(log_id(5, 50))), Some(42)));
+        assert!(r.may_vote(&candidate(Some(log_id(5, 50))), &at(Some(42))));
         assert!(!r.abstaining());
-        assert!(r.may_vote(&candidate(Some(log_id(6, 70))), None));
+        assert!(r.may_vote(&candidate(Some(log_id(6, 70))), &at(None)));
     }
 }

@@ -17,13 +17,19 @@
 //! - No copy of the volumes is kept with a snapshot. A node's current
 //!   snapshot is its index stream alone; the frames are read from the live
 //!   segment files when the snapshot is sent, up to the lengths recorded
-//!   when it was built. Segments are append-only on a replicated partition
-//!   (compaction is off there), and every byte the snapshot's rows point
-//!   at was applied before the build, so those bytes no longer change. A
-//!   byte that does change between build and send (a record the leader is
-//!   still writing, no row of the snapshot points at it) is rewritten on
-//!   the receiver by the later log entry that ships it. So each frame's
-//!   CRC is computed as the frame is read, and it guards the transfer.
+//!   when it was built. Segments are append-only on a replicated partition,
+//!   and every byte the snapshot's rows point at was applied before the
+//!   build, so those bytes no longer change. A byte that does change
+//!   between build and send (a record the leader is still writing, no row
+//!   of the snapshot points at it) is rewritten on the receiver by the
+//!   later log entry that ships it. So each frame's CRC is computed as the
+//!   frame is read, and it guards the transfer.
+//! - A segment that compaction deleted after the build is sent as zeros.
+//!   Its drop is an entry after the snapshot's last one, and so are the
+//!   relocations before it that moved every record the snapshot's rows
+//!   point at in it: the receiver applies them from the log after the
+//!   install, and nothing reads its copy of the segment before (only a
+//!   leader serves reads, and a leader first applies what was committed).
 //! - Frames have one fixed size and every region starts on a frame
 //!   boundary, so any chunk offset that is a multiple of [`FRAME`] (every
 //!   chunk size the groups use is one: [`crate::net::SNAPSHOT_CHUNK`])
@@ -255,12 +261,14 @@ fn decode_preamble(bytes: &[u8]) -> ReplicaResult<Layout> {
 pub struct Sources {
     layout: Layout,
     index: File,
-    segments: Vec<Arc<File>>,
+    /// Each named segment's file; `None`: deleted since the build (sent
+    /// as zeros: module doc).
+    segments: Vec<Option<Arc<File>>>,
 }
 
 impl Sources {
     /// The sources of the index stream at `index_path`, whose segments are
-    /// `segments` of `volumes` (which must hold them all).
+    /// `segments` of `volumes` (those no longer there are sent as zeros).
     pub fn open(
         index_path: &Path,
         segments: Vec<SegmentExtent>,
@@ -271,7 +279,7 @@ impl Sources {
         let mut files = Vec::with_capacity(segments.len());
         for s in &segments {
             let v = volumes.ok_or_else(|| damaged("a snapshot with volumes, a group without"))?;
-            files.push(v.file(s.id)?);
+            files.push(v.file(s.id).ok());
         }
         Ok(Sources {
             layout: Layout::new(segments, index_len)?,
@@ -322,7 +330,9 @@ impl Sources {
         let at = self.layout.frame_at(frame);
         let i = self.layout.segments.partition_point(|s| s.id < at.segment);
         let mut bytes = vec![0u8; FRAME_USIZE];
-        self.segments[i].read_exact_at(&mut bytes[..at.len], at.offset)?;
+        if let Some(file) = &self.segments[i] {
+            file.read_exact_at(&mut bytes[..at.len], at.offset)?;
+        }
         let crc = crc32c(&bytes[..DATA_USIZE]);
         bytes[DATA_USIZE..].copy_from_slice(&crc.to_le_bytes());
         Ok(bytes)

@@ -61,6 +61,29 @@ impl Mutation {
         }
     }
 
+    /// A mutation that deletes volume segment `segment` on every replica.
+    pub fn of_drop(segment: u64) -> Mutation {
+        Mutation {
+            batch: BatchWire {
+                ops: vec![OpWire::DropSegment(segment)],
+            },
+            data: Vec::new(),
+        }
+    }
+
+    /// The volume segments this mutation deletes.
+    pub fn drops(&self) -> impl Iterator<Item = u64> + '_ {
+        self.batch.ops.iter().filter_map(|op| match op {
+            OpWire::DropSegment(id) => Some(*id),
+            _ => None,
+        })
+    }
+
+    /// Whether applying this mutation touches volume files.
+    pub fn touches_volumes(&self) -> bool {
+        !self.data.is_empty() || self.drops().next().is_some()
+    }
+
     /// A mutation of volume bytes only.
     pub fn of_data(w: &VolumeWrite) -> Mutation {
         Mutation {
@@ -104,6 +127,11 @@ pub enum OpWire {
     ),
     /// Remove a row.
     Delete(#[serde(with = "serde_bytes")] Vec<u8>),
+    /// Delete volume segment `.0` (compaction moved every live record out
+    /// of it). Not an index row: the state machine deletes the file when
+    /// it applies the entry, after the entries before it. Last of the
+    /// variants, so entries logged before it existed decode as they did.
+    DropSegment(u64),
 }
 
 impl BatchWire {
@@ -126,6 +154,8 @@ impl BatchWire {
             match op {
                 OpWire::Put(k, v) => out.put(k.clone(), v.clone()),
                 OpWire::Delete(k) => out.delete(k.clone()),
+                // Applied to the volumes, not the index.
+                OpWire::DropSegment(_) => {}
             }
         }
     }

@@ -203,7 +203,10 @@ fn open_store(
             initializer: None,
         }),
         network: Box::new(move |p: PartitionId| net[p.0 as usize].clone()),
-        started: Box::new(move |p: PartitionId, raft, _| started[p.0 as usize].add(me, raft)),
+        started: Box::new(move |p: PartitionId, raft, _| {
+            started[p.0 as usize].add(me, raft);
+            None
+        }),
         handle,
         snapshot_entries: laneway_replica::group::SNAPSHOT_ENTRIES,
         own_heartbeats: true,

@@ -12,20 +12,23 @@
 //! ([`StoreClient::reserve_quota`]): the store that keeps the usage
 //! decides, so several gateways share one tally ([`crate::quota`]).
 //! [`LocalStore`] owns the [`Quotas`] of this process and lets them read
-//! usage through itself.
+//! usage through itself; a write made under one of its holds runs in a
+//! task that keeps the hold until the write is done, so a caller that is
+//! dropped meanwhile gives nothing back early ([`QuotaHold::cover`]).
 
 use crate::commit::WriteCond;
-use crate::error::StoreResult;
+use crate::error::{StoreError, StoreResult};
 use crate::ids::{BucketId, TenantId};
 use crate::list::{ListPage, ListQuery};
 use crate::multipart::{ListedPart, PartInfo, Pending, UploadChecksum};
-use crate::quota::{QuotaAsk, QuotaHold, QuotaLimits, Quotas};
+use crate::quota::{Handover, QuotaAsk, QuotaHold, QuotaLimits, Quotas};
 use crate::record::{Checksum, ObjectInfo, ObjectMeta, Tag, Usage};
 use crate::store::{BodyStream, BucketInfo, GetRange, PutOptions, Store};
 use crate::tagindex::{EditCounts, TagEdit};
 use crate::uploads::{ObjectPart, UploadPage, UploadQuery};
 use futures::future::BoxFuture;
 use std::sync::Arc;
+use tracing::Instrument;
 
 /// The future of a store operation.
 pub type Fut<'a, T> = BoxFuture<'a, StoreResult<T>>;
@@ -253,6 +256,29 @@ impl LocalStore {
     }
 }
 
+/// Run `write`, a write of this process's store; one made under an
+/// in-process quota hold ([`QuotaHold::cover`]) in a task of its own that
+/// keeps the hold until the write is done. So a caller dropped while its
+/// write commits (its S3 client hung up) gives the hold back only once
+/// the write has committed or failed, never while it may still commit.
+async fn keeping_hold<T: Send + 'static>(
+    write: impl Future<Output = StoreResult<T>> + Send + 'static,
+) -> StoreResult<T> {
+    let Some(hold) = Handover::take_in_process() else {
+        return write.await;
+    };
+    let task = tokio::spawn(
+        async move {
+            let done = write.await;
+            drop(hold);
+            done
+        }
+        .in_current_span(),
+    );
+    task.await
+        .map_err(|e| StoreError::Engine(format!("a write task ended: {e}")))?
+}
+
 /// Box a result that is ready now.
 fn ready<'a, T: Send + 'a>(r: StoreResult<T>) -> Fut<'a, T> {
     Box::pin(std::future::ready(r))
@@ -306,10 +332,12 @@ impl StoreClient for LocalStore {
         body: BodyStream,
         cond: WriteCond,
     ) -> Fut<'a, ObjectInfo> {
-        Box::pin(
-            self.store
-                .put_object_if(bucket, key, meta, opts, body, cond),
-        )
+        let (store, bucket, key) = (Arc::clone(&self.store), bucket.clone(), key.to_string());
+        Box::pin(keeping_hold(async move {
+            store
+                .put_object_if(&bucket, &key, meta, opts, body, cond)
+                .await
+        }))
     }
 
     fn head_object<'a>(&'a self, bucket: &'a BucketInfo, key: &'a str) -> Fut<'a, ObjectInfo> {
@@ -386,10 +414,12 @@ impl StoreClient for LocalStore {
         tags: Vec<Tag>,
         checksum: Option<UploadChecksum>,
     ) -> Fut<'a, String> {
-        Box::pin(
-            self.store
-                .create_multipart_upload_with(bucket, key, meta, tags, checksum),
-        )
+        let (store, bucket, key) = (Arc::clone(&self.store), bucket.clone(), key.to_string());
+        Box::pin(keeping_hold(async move {
+            store
+                .create_multipart_upload_with(&bucket, &key, meta, tags, checksum)
+                .await
+        }))
     }
 
     fn upload_part<'a>(
@@ -401,10 +431,13 @@ impl StoreClient for LocalStore {
         opts: PutOptions,
         body: BodyStream,
     ) -> Fut<'a, PartInfo> {
-        Box::pin(
-            self.store
-                .upload_part(bucket, key, upload_id, number, opts, body),
-        )
+        let (store, bucket, key) = (Arc::clone(&self.store), bucket.clone(), key.to_string());
+        let upload_id = upload_id.to_string();
+        Box::pin(keeping_hold(async move {
+            store
+                .upload_part(&bucket, &key, &upload_id, number, opts, body)
+                .await
+        }))
     }
 
     fn complete_multipart_upload<'a>(
@@ -416,10 +449,13 @@ impl StoreClient for LocalStore {
         cond: WriteCond,
         whole: Option<Checksum>,
     ) -> Fut<'a, ObjectInfo> {
-        Box::pin(
-            self.store
-                .complete_multipart_upload_with(bucket, key, upload_id, parts, cond, whole),
-        )
+        let (store, bucket, key) = (Arc::clone(&self.store), bucket.clone(), key.to_string());
+        let upload_id = upload_id.to_string();
+        Box::pin(keeping_hold(async move {
+            store
+                .complete_multipart_upload_with(&bucket, &key, &upload_id, parts, cond, whole)
+                .await
+        }))
     }
 
     fn repeated_completion<'a>(

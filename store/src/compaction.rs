@@ -19,13 +19,25 @@
 //! before the counter is read, and a sealed segment never gains pending
 //! records, so "none pending, then no live bytes" is final.
 //!
+//! Replicated partitions: only the leader compacts, and only after it
+//! applied everything committed before the pass (a read barrier), so the
+//! counters and the pending count it reads cover every entry that could
+//! point into a sealed segment (new records go only to the leader's own
+//! open segments). A copied record is shipped to the group like a PUT's
+//! body before its relocation is committed, and an emptied segment is
+//! deleted by a log entry ([`crate::replication::Group::drop_segment`])
+//! that every replica applies after the relocations before it, so the
+//! replicas' segments stay the same files. A pass that loses the
+//! leadership half-way stops; what it shipped but did not commit is
+//! garbage the next leader's passes reclaim.
+//!
 //! When free space runs low ([`crate::space::Space::is_low`]), a pass every
 //! [`LOW_SPACE_EVERY`] seals idle open segments and compacts with a lower
 //! garbage threshold, so deleting objects on a full disk gives the space
 //! back within seconds and writes resume.
 
 use crate::commit::{Op, Outcome, RelocTarget, VolumeRef, read_live};
-use crate::error::StoreResult;
+use crate::error::{StoreError, StoreResult};
 use crate::multipart::{PartRecord, decode, part_key, split_part_header_key};
 use crate::partition::Partition;
 use crate::record::{DataLoc, StoredObject, object_key};
@@ -59,10 +71,10 @@ pub async fn compact_partition(
     seal_idle: bool,
 ) -> StoreResult<CompactionReport> {
     let mut report = CompactionReport::default();
-    if p.volumes().is_replicated() {
-        // A replica rewriting its segments on its own would make them
-        // differ from its peers' (compaction as a step of the group is
-        // not built: docs/replication.md).
+    // A replicated partition is compacted by its leader alone, once it
+    // has applied everything committed (so the counters it reads are
+    // final for its sealed segments: module doc, "Replicated partitions").
+    if !p.writes_here().await {
         return Ok(report);
     }
     if seal_idle {
@@ -75,12 +87,20 @@ pub async fn compact_partition(
             tracing::debug!(partition = %p.id(), segment, live, "not enough free space to compact");
             continue;
         }
-        report.records_moved += move_live_records(p, segment, len).await?;
+        match move_live_records(p, segment, len).await {
+            Ok(n) => report.records_moved += n,
+            Err(e) if lost_leadership(p, &e) => return Ok(report),
+            Err(e) => return Err(e),
+        }
         if p.volumes().has_pending(segment) || read_live(p.index(), segment)? > 0 {
             tracing::warn!(partition = %p.id(), segment, "segment still referenced after compaction; kept");
             continue;
         }
-        p.volumes().remove(segment)?;
+        match remove_segment(p, segment).await {
+            Ok(()) => {}
+            Err(e) if lost_leadership(p, &e) => return Ok(report),
+            Err(e) => return Err(e),
+        }
         report.segments += 1;
         report.bytes_freed += len;
         // The next fit check, and writes waiting on the reserve, should
@@ -88,6 +108,21 @@ pub async fn compact_partition(
         p.space().refresh();
     }
     Ok(report)
+}
+
+/// Whether `e` says this replica no longer leads `p`'s group (the pass
+/// stops there; the next leader's passes take what is left).
+fn lost_leadership(p: &Partition, e: &StoreError) -> bool {
+    p.group().is_some() && matches!(e, StoreError::NotLeader(_) | StoreError::Unavailable(_))
+}
+
+/// Delete an emptied segment: here, or through the partition's group on
+/// every replica.
+async fn remove_segment(p: &Partition, segment: u64) -> StoreResult<()> {
+    match p.group() {
+        None => p.volumes().remove(segment),
+        Some(group) => group.drop_segment(segment).await,
+    }
 }
 
 /// Sealed segments with at least `min_garbage` garbage and no pending
@@ -119,6 +154,12 @@ async fn move_live_records(p: &Partition, segment: u64, len: u64) -> StoreResult
         let rl = record_len(h.key.len() as u64, h.data_len);
         if let Some(target) = referrer(p, &h, segment, offset)? {
             let to = copy_record(p, &file, &h, offset)?;
+            let shipped = DataLoc::Volume {
+                segment: to.segment,
+                offset: to.offset,
+                record_len: to.record_len,
+            };
+            p.ship_record(&shipped).await?;
             let op = Op::Relocate {
                 target,
                 from: (segment, offset),

@@ -376,9 +376,7 @@ impl Partition {
         let id = seg.id();
         self.volumes.release(seg);
         let (size, (md5, checksum), data) = result?;
-        if let Some(group) = &self.group {
-            self.ship(group, &data).await?;
-        }
+        self.ship_record(&data).await?;
         Ok(Received {
             size,
             md5,
@@ -389,9 +387,37 @@ impl Partition {
     }
 
     /// Replicate the volume record `data` names (already in this
-    /// replica's volume) to the group, a piece at a time, before the op
-    /// that points at it is queued: an entry never commits pointing at
-    /// bytes a quorum does not have.
+    /// replica's volume, counted pending) to the partition's group, if it
+    /// has one, before the op that points at it is queued. A record that
+    /// could not be shipped is done with (its op is never queued): it
+    /// stops counting as pending, so compaction may reclaim it.
+    pub(crate) async fn ship_record(&self, data: &DataLoc) -> StoreResult<()> {
+        let Some(group) = &self.group else {
+            return Ok(());
+        };
+        let shipped = self.ship(group, data).await;
+        if shipped.is_err()
+            && let DataLoc::Volume { segment, .. } = *data
+        {
+            self.volumes.committed(&[segment]);
+        }
+        shipped
+    }
+
+    /// Whether this replica may write the partition now: it is not
+    /// replicated, or it leads its group and has applied what was
+    /// committed (background sweeps run only there; elsewhere their writes
+    /// would be refused).
+    pub async fn writes_here(&self) -> bool {
+        match &self.group {
+            None => true,
+            Some(g) => g.read_barrier().await.is_ok(),
+        }
+    }
+
+    /// Replicate the volume record `data` names to the group, a piece at
+    /// a time, before the op that points at it is queued: an entry never
+    /// commits pointing at bytes a quorum does not have.
     async fn ship(
         &self,
         group: &Arc<dyn crate::replication::Group>,

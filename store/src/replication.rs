@@ -17,7 +17,11 @@
 //!   at the same segment and offset ([`crate::volume::VolumeSet::write_at`]);
 //! - a store node asks [`Group::read_barrier`] before serving a read and
 //!   refuses with [`StoreError::NotLeader`](crate::StoreError) when this
-//!   replica is not the leader.
+//!   replica is not the leader;
+//! - compaction, at the leader, deletes a segment it emptied with
+//!   [`Group::drop_segment`]: an entry every replica applies by deleting
+//!   its copy of the segment, after every entry that wrote to it or moved
+//!   a record out of it.
 //!
 //! Volume segments are named by the leader's term ([`segment_epoch`]): a
 //! leader writes only to segments whose id starts with its term, so
@@ -73,6 +77,11 @@ pub trait Group: Send + Sync {
     /// Replicate `write` (bytes already in this replica's own volume)
     /// to a quorum's volumes; done once the entry carrying it committed.
     fn ship(&self, write: VolumeWrite) -> BoxFuture<'static, StoreResult<()>>;
+
+    /// Delete volume segment `segment` on every replica, in log order
+    /// (compaction moved every live record out of it); done once the
+    /// entry committed and this replica applied it.
+    fn drop_segment(&self, segment: u64) -> BoxFuture<'static, StoreResult<()>>;
 
     /// Wait until this replica may serve a linearizable read (it is the
     /// leader and has applied everything committed before the call), or
@@ -144,6 +153,12 @@ pub struct GroupStatus {
     /// file; 0 for a log kept in an older layout).
     #[serde(default)]
     pub log_bytes: u64,
+    /// This replica started with an empty log and no vote (a wiped disk,
+    /// a new replica) and refuses votes until it has caught up with a
+    /// leader or leads itself (docs/replication.md, "A replica that lost
+    /// its disk").
+    #[serde(default)]
+    pub abstaining: bool,
 }
 
 /// Opens the group of each partition a store hosts.

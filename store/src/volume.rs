@@ -41,6 +41,11 @@
 //! committed or failed. A sealed segment never gains pending records (only
 //! lent, unsealed segments are appended to), so a compaction that finds
 //! none, and then reads the live-bytes counter, reads a final answer.
+//!
+//! On a replicated partition the same rules hold at the leader, which
+//! alone compacts; a segment is then deleted by an entry of the group's
+//! log that every replica applies in order ([`VolumeSet::drop_segment`]),
+//! so the replicas' segments stay the same files (crate::compaction).
 
 use crate::error::{StoreError, StoreResult};
 use crate::ids::BucketId;
@@ -192,9 +197,10 @@ impl VolumeSet {
         self.term.store(0, Ordering::Relaxed);
     }
 
-    /// Whether the partition is replicated (its segments are then never
-    /// rewritten or removed: its replicas' volumes, and the snapshots sent
-    /// from them, stay byte-identical at every committed position).
+    /// Whether the partition is replicated (its segments are then
+    /// written and deleted only as its group's log says: its replicas'
+    /// volumes, and the snapshots sent from them, stay byte-identical at
+    /// every committed position).
     pub fn is_replicated(&self) -> bool {
         self.term.load(Ordering::Relaxed) != UNREPLICATED
     }
@@ -420,6 +426,19 @@ impl VolumeSet {
         self.files.write().remove(&id);
         std::fs::remove_file(segment_path(&self.dir, id))?;
         sync_dir(&self.dir)
+    }
+
+    /// Delete segment `id` if it is there (a replica applying its group's
+    /// log: an entry applied again after a crash finds it gone already),
+    /// durably before this returns. Open readers finish from their handle.
+    pub fn drop_segment(&self, id: u64) -> StoreResult<()> {
+        self.files.write().remove(&id);
+        self.active.lock().remove(&id);
+        match std::fs::remove_file(segment_path(&self.dir, id)) {
+            Ok(()) => sync_dir(&self.dir),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e.into()),
+        }
     }
 }
 

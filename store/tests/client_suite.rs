@@ -526,8 +526,7 @@ fn stalled_body(first: &[u8]) -> BodyStream {
 /// windows for `tenant` at every node, and the units in flight in every
 /// node's lanes.
 fn all_idle(c: &Cluster, tenant: &str) -> bool {
-    let nodes = ["store-1", "store-2", "store-3"];
-    let windows = nodes
+    let windows = NODES
         .iter()
         .all(|n| c.client.backlog(&NodeId::parse(n).expect("id"), tenant) == 0);
     let lanes = c.services.iter().all(|s| {
@@ -541,8 +540,16 @@ fn all_idle(c: &Cluster, tenant: &str) -> bool {
     windows && lanes
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn callers_that_misbehave_leave_no_window_or_lane_held() {
+/// A cluster, the test tenant as a caller of weight 1, and a new bucket
+/// `name` of it.
+async fn tenant_cluster(
+    name: &str,
+) -> (
+    Cluster,
+    laneway_store::TenantId,
+    laneway_store::caller::Caller,
+    BucketInfo,
+) {
     let c = cluster().await;
     let t = tenant();
     let caller = laneway_store::caller::Caller {
@@ -551,9 +558,15 @@ async fn callers_that_misbehave_leave_no_window_or_lane_held() {
     };
     let b = c
         .client
-        .create_bucket(&t, "rude", "us-east-1")
+        .create_bucket(&t, name, "us-east-1")
         .await
         .expect("create");
+    (c, t, caller, b)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_that_misbehave_leave_no_window_or_lane_held() {
+    let (c, t, caller, b) = tenant_cluster("rude").await;
     let big = data(200_000, 3);
     caller
         .clone()
@@ -622,6 +635,300 @@ async fn callers_that_misbehave_leave_no_window_or_lane_held() {
     );
     let usage = c.client.bucket_usage(b.id).await.expect("usage");
     assert_eq!(usage.objects, 8, "only the whole uploads are stored");
+    for s in &c.stores {
+        s.shutdown();
+    }
+}
+
+/// Poll `done` every 20 ms for up to 5 s.
+async fn eventually(what: &str, done: impl Fn() -> bool) {
+    for _ in 0..250 {
+        if done() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("not within 5 s: {what}");
+}
+
+/// The size of the writes of the quota hold tests.
+const HELD: usize = 200_000;
+
+/// A byte quota with room for one write of [`HELD`] bytes, not two.
+fn room_for_one() -> QuotaLimits {
+    QuotaLimits {
+        quota_bytes: Some(300_000),
+        ..QuotaLimits::default()
+    }
+}
+
+/// A PUT of `bytes` to `key`, as the quota check takes it.
+fn write_ask(b: &BucketInfo, key: &str, bytes: usize) -> QuotaAsk {
+    QuotaAsk::Write {
+        bucket: b.clone(),
+        key: Some(key.to_string()),
+        bytes: bytes as u64,
+        objects: 1,
+    }
+}
+
+/// While a write's hold counts, `ask` (one more write of its size) is
+/// refused; then the write's body gets its `rest` and ends.
+async fn refused_then_finish(
+    client: &dyn StoreClient,
+    limits: QuotaLimits,
+    ask: QuotaAsk,
+    body: futures::channel::mpsc::UnboundedSender<std::io::Result<bytes::Bytes>>,
+    rest: &[u8],
+) {
+    let another = client.reserve_quota(&tenant(), limits, ask).await;
+    assert!(
+        matches!(another, Err(StoreError::QuotaExceeded(_))),
+        "the unfinished write's hold counts: {another:?}"
+    );
+    body.unbounded_send(Ok(bytes::Bytes::copy_from_slice(rest)))
+        .expect("the rest of the body");
+}
+
+/// The arguments of a store node's PutObject call of `size` bytes to
+/// `key`, made under quota hold `id`, as a gateway sends them.
+fn held_put(b: &BucketInfo, key: &str, size: usize, id: u64, map_version: u64) -> bytes::Bytes {
+    use laneway_store::node::proto::{Call, Envelope, encode};
+    let env = Envelope {
+        call: Call::PutObject {
+            bucket: b.clone(),
+            key: key.into(),
+            meta: Default::default(),
+            opts: opts(size),
+            cond: WriteCond::None,
+        },
+        caller: None,
+        map_version,
+        sender: 0,
+        backlog: 0,
+        hold: Some(id),
+    };
+    bytes::Bytes::from(encode(&env).expect("encode"))
+}
+
+/// The cluster's store nodes, in the order of `Cluster::services`.
+const NODES: [&str; 3] = ["store-1", "store-2", "store-3"];
+
+/// A hold for a write of [`HELD`] bytes to `key`, reserved and handed
+/// over as a gateway does with its call (its own copy is never given
+/// back): the desk's id of it, and the node that hosts `key`.
+async fn handed_over(c: &Cluster, b: &BucketInfo, key: &str) -> (u64, String) {
+    let hold = c
+        .client
+        .reserve_quota(&tenant(), room_for_one(), write_ask(b, key, HELD))
+        .await
+        .expect("fits")
+        .expect("a hold");
+    let id = hold.id().expect("a desk's hold has an id");
+    std::mem::forget(hold);
+    assert_eq!(c.services[0].quota_holds(), 1);
+    let map = c.client.map();
+    let p = laneway_store::hash::partition_of(b.id, key.as_bytes(), PARTITIONS);
+    let owner = map.owner(p).expect("an owner").as_str().to_string();
+    (id, owner)
+}
+
+/// A write's caller (a gateway) can go away before the write is done: its
+/// call timed out, its connection dropped, or its own client hung up.
+/// The node still finishes the write, and only then gives back the quota
+/// hold the call carried; until then the hold keeps counting, so no
+/// other write is admitted into the room this one fills.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_whose_caller_went_away_commits_and_then_gives_its_quota_hold_back() {
+    use laneway_store::rpc::Handler;
+    let (c, _, _, b) = tenant_cluster("holds").await;
+    let (size, limits) = (HELD, room_for_one());
+    let ask = |key: &str| write_ask(&b, key, size);
+    let (id, owner) = handed_over(&c, &b, "k").await;
+    let catalog = &c.services[0];
+    let at = NODES.iter().position(|n| *n == owner).expect("a node");
+    let args = held_put(&b, "k", size, id, c.client.map().version());
+    let bytes = data(size, 9);
+    let (tx, rx) = futures::channel::mpsc::unbounded::<std::io::Result<bytes::Bytes>>();
+    tx.unbounded_send(Ok(bytes::Bytes::copy_from_slice(&bytes[..size / 2])))
+        .expect("first half");
+    let answer = c.services[at].call("put_object".into(), args, Box::pin(rx));
+    // The caller gives up while the body is still arriving.
+    let gave_up = tokio::time::timeout(Duration::from_millis(300), answer).await;
+    assert!(gave_up.is_err(), "the write waits for the rest of its body");
+
+    assert_eq!(catalog.quota_holds(), 1, "the write is not done");
+    refused_then_finish(&c.client, limits, ask("other"), tx, &bytes[size / 2..]).await;
+    eventually("the node gives the hold back", || {
+        catalog.quota_holds() == 0
+    })
+    .await;
+    let info = c.client.head_object(&b, "k").await.expect("committed");
+    assert_eq!(info.size, size as u64);
+    let usage = c.client.bucket_usage(b.id).await.expect("usage");
+    assert_eq!(usage.bytes, size as i64, "counted as stored once done");
+    for s in &c.stores {
+        s.shutdown();
+    }
+}
+
+/// The in-process store keeps the same promise as a store node: a write
+/// whose caller was dropped (its S3 client hung up) still finishes, and
+/// its quota hold counts until it has.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_write_whose_caller_went_away_keeps_its_quota_hold_until_done() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let local = LocalStore::new(Store::open(dir.path(), config(None)).expect("open"));
+    let t = tenant();
+    let b = local
+        .create_bucket(&t, "holds", "us-east-1")
+        .await
+        .expect("create");
+    let (size, limits) = (HELD, room_for_one());
+    let ask = |key: &str, bytes: usize| write_ask(&b, key, bytes);
+    let hold = local
+        .reserve_quota(&t, limits, ask("k", size))
+        .await
+        .expect("fits")
+        .expect("a hold");
+    let bytes = data(size, 5);
+    let (tx, rx) = futures::channel::mpsc::unbounded::<std::io::Result<bytes::Bytes>>();
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel::<()>();
+    let first = bytes::Bytes::copy_from_slice(&bytes[..size / 2]);
+    let body: BodyStream = Box::pin(
+        futures::stream::once(async move {
+            let _ = started_tx.send(());
+            Ok(first)
+        })
+        .chain(rx),
+    );
+    let writer = {
+        let (local, b) = (local.clone(), b.clone());
+        tokio::spawn(async move {
+            let write = local.put_object(
+                &b,
+                "k",
+                Default::default(),
+                opts(size),
+                body,
+                WriteCond::None,
+            );
+            hold.cover(write).await
+        })
+    };
+    started_rx.await.expect("the write reads its body");
+    writer.abort();
+    assert!(writer.await.is_err(), "the caller is gone");
+
+    refused_then_finish(&local, limits, ask("other", size), tx, &bytes[size / 2..]).await;
+    // An overwrite of "k" is credited with the object it replaces, so it
+    // fits once "k" is stored and its hold given back, and not before.
+    let mut fits = None;
+    for _ in 0..250 {
+        if let Ok(Some(h)) = local.reserve_quota(&t, limits, ask("k", size)).await {
+            fits = Some(h);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(fits.is_some(), "the write is done and its hold given back");
+    drop(fits);
+    let info = local.head_object(&b, "k").await.expect("committed");
+    assert_eq!(info.size, size as u64);
+    let over = local.reserve_quota(&t, limits, ask("more", size)).await;
+    assert!(
+        matches!(over, Err(StoreError::QuotaExceeded(_))),
+        "the committed write counts as stored"
+    );
+    local.store().shutdown();
+}
+
+/// A store node owns the quota hold of a write call from the moment it
+/// reads the call: one it refuses before running it (here: a partition it
+/// does not host) gives the hold back too, so a caller that never learns
+/// the answer (its stream was reset while the call waited for a lane)
+/// leaves nothing held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_write_a_node_refuses_before_running_it_gives_the_hold_back() {
+    use laneway_store::rpc::Handler;
+    let (c, _, _, b) = tenant_cluster("refused").await;
+    let (id, owner) = handed_over(&c, &b, "k").await;
+    let elsewhere = NODES.iter().position(|n| *n != owner).expect("a node");
+    let args = held_put(&b, "k", HELD, id, c.client.map().version());
+    let answer = c.services[elsewhere]
+        .call("put_object".into(), args, body(&data(HELD, 2)))
+        .await;
+    assert!(answer.is_err(), "a node that does not host k refuses it");
+    eventually("the refusing node gives the hold back", || {
+        c.services[0].quota_holds() == 0
+    })
+    .await;
+    for s in &c.stores {
+        s.shutdown();
+    }
+}
+
+/// A write under a quota hold whose body fails partway (its S3 client
+/// went away mid-upload) stores nothing, and leaves nothing held: the
+/// desk's hold, the caller's windows and every node's lanes are all back
+/// at zero, and the room is free for the next write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_write_with_a_cut_body_gives_back_its_hold_window_and_lanes() {
+    let (c, t, caller, b) = tenant_cluster("cut-held").await;
+    let limits = room_for_one();
+    let half = data(HELD / 2, 4);
+    for i in 0..4 {
+        let key = format!("k{i}");
+        let hold = c
+            .client
+            .reserve_quota(&t, limits, write_ask(&b, &key, HELD))
+            .await
+            .expect("fits")
+            .expect("a hold");
+        let put = c.client.put_object(
+            &b,
+            &key,
+            Default::default(),
+            opts(HELD),
+            cut_body(&half),
+            WriteCond::None,
+        );
+        let r = caller.clone().scope(hold.cover(put)).await;
+        assert!(r.is_err(), "a cut body must not be stored");
+        assert!(matches!(
+            c.client.head_object(&b, &key).await,
+            Err(StoreError::NoSuchKey)
+        ));
+        // Given back in the background, by the node or by this client.
+        eventually("the cut write's hold is given back", || {
+            c.services[0].quota_holds() == 0
+        })
+        .await;
+    }
+    eventually("no hold, window or lane is left", || {
+        c.services[0].quota_holds() == 0 && all_idle(&c, &t.0)
+    })
+    .await;
+    let hold = c
+        .client
+        .reserve_quota(&t, limits, write_ask(&b, "whole", HELD))
+        .await
+        .expect("the room is free")
+        .expect("a hold");
+    let whole = data(HELD, 6);
+    let put = c.client.put_object(
+        &b,
+        "whole",
+        Default::default(),
+        opts(HELD),
+        body(&whole),
+        WriteCond::None,
+    );
+    caller.scope(hold.cover(put)).await.expect("stored");
+    eventually("the whole write's hold is given back", || {
+        c.services[0].quota_holds() == 0
+    })
+    .await;
     for s in &c.stores {
         s.shutdown();
     }

@@ -281,7 +281,7 @@ fn rf3(args: &Args, rt: &tokio::runtime::Runtime, ticked: bool) -> BenchResult<S
             }),
             network: Box::new(move |p: PartitionId| RpcNetwork::new(p.0, Arc::clone(&peers))),
             started: Box::new(move |p: PartitionId, raft, empty| {
-                service.register_as(p.0, raft, empty);
+                service.register_as(p.0, raft, empty)
             }),
             handle: rt.handle().clone(),
             snapshot_entries: laneway_replica::group::SNAPSHOT_ENTRIES,

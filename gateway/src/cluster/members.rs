@@ -14,7 +14,9 @@
 //!    until the new one commits, so no moment has two majorities);
 //! 3. only then is the cluster file written, the partition's replicas
 //!    changed and the map one version newer; every gateway and node takes
-//!    it within a round of its leader watch (one second).
+//!    it within a round of its leader watch (one second). The node the
+//!    replica left keeps its copy until it next starts, and deletes it
+//!    then (`laneway_replica::group`).
 //!
 //! Every step can be asked again: adding a learner twice or setting the
 //! voters a group already has changes nothing, so a move cut short (the
@@ -286,7 +288,11 @@ async fn move_replica(path: &Path, m: &Move, timeout: Duration) -> Result<(), St
     wait_for_voters(&cluster, &asked, p, &voters, deadline).await?;
     let file = load_replicated(path)?.with_replica_moved(m)?;
     file.save().map_err(|e| e.to_string())?;
-    println!("{m}: done, map version {}", file.map.version());
+    let left = match p {
+        GroupRef::Partition(_) => format!(" ({} deletes its copy when it next starts)", m.from),
+        GroupRef::Catalog => String::new(),
+    };
+    println!("{m}: done, map version {}{left}", file.map.version());
     Ok(())
 }
 

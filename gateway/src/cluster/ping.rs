@@ -68,6 +68,7 @@ pub fn run(args: PingArgs) -> ExitCode {
         map_version: file.map.version(),
         sender: 0,
         backlog: 0,
+        hold: None,
     };
     let args_frame = match laneway_store::node::proto::encode(&envelope) {
         Ok(b) => bytes::Bytes::from(b),

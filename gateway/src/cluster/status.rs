@@ -9,9 +9,11 @@
 //! group it should hold a replica of.
 //!
 //! Health of a group: `ok` when a leader is known, every replica answered
-//! and none lags the leader's log by more than [`LAG_OK`] entries;
-//! `degraded` when a leader is known but a replica is down or lagging
-//! (the group still commits with two of three); `no-leader` when no
+//! and none lags the leader's log by more than [`LAG_OK`] entries or
+//! abstains from votes (it started empty, a wiped disk, and has not caught
+//! up yet); `degraded` when a leader is known but a replica is down,
+//! lagging or abstaining (the group still commits with two of three, but
+//! could not elect a leader without the third); `no-leader` when no
 //! replica that answered knows of one (writes of the group fail until an
 //! election ends). Exit status 0 when every group is `ok`, 1 otherwise
 //! (or when the file cannot be read), 2 for an unreplicated cluster's
@@ -82,6 +84,8 @@ pub struct ReplicaView {
     pub lag: u64,
     /// Bytes of the entries its log holds (0: a log in an older layout).
     pub log_bytes: u64,
+    /// It started empty and refuses votes until it has caught up.
+    pub abstaining: bool,
 }
 
 /// Run `laneway cluster status`.
@@ -218,6 +222,7 @@ fn replica(
             purged: r.status.purged,
             lag: head.map_or(0, |h| h.saturating_sub(r.status.applied)),
             log_bytes: r.status.log_bytes,
+            abstaining: r.status.abstaining,
         },
         None => ReplicaView {
             node: node.to_string(),
@@ -229,6 +234,7 @@ fn replica(
             purged: 0,
             lag: 0,
             log_bytes: 0,
+            abstaining: false,
         },
     }
 }
@@ -236,7 +242,10 @@ fn replica(
 fn health(has_leader: bool, replicas: &[ReplicaView]) -> &'static str {
     if !has_leader {
         "no-leader"
-    } else if replicas.iter().all(|r| r.up && r.lag <= LAG_OK) {
+    } else if replicas
+        .iter()
+        .all(|r| r.up && r.lag <= LAG_OK && !r.abstaining)
+    {
         "ok"
     } else {
         "degraded"
@@ -268,8 +277,9 @@ fn replica_cell(r: &ReplicaView) -> String {
         return format!("{} down", r.node);
     }
     let star = if r.leader { "*" } else { "" };
+    let abstaining = if r.abstaining { " abstaining" } else { "" };
     format!(
-        "{}{star} {}/{} lag {}",
+        "{}{star} {}/{} lag {}{abstaining}",
         r.node, r.last_log, r.applied, r.lag
     )
 }
@@ -300,13 +310,13 @@ pub fn render_metrics(out: &mut String, groups: &[GroupView]) {
         out,
         "laneway_group_healthy",
         "gauge",
-        "1 when the group has a leader and every replica is up and within 1000 entries of it.",
+        "1 when the group has a leader and every replica is up, within 1000 entries of it and voting.",
     );
     for g in groups {
         let ok = u8::from(g.health == "ok");
         let _ = writeln!(out, "laneway_group_healthy{{group=\"{}\"}} {ok}", g.group);
     }
-    let per_replica: [ReplicaGauge; 8] = [
+    let per_replica: [ReplicaGauge; 9] = [
         (
             "laneway_group_replica_up",
             "1 when the replica's node answered the last round.",
@@ -346,6 +356,11 @@ pub fn render_metrics(out: &mut String, groups: &[GroupView]) {
             "laneway_group_replica_log_bytes",
             "Bytes of the entries the replica's Raft log holds (in its node's log file).",
             |r| r.log_bytes,
+        ),
+        (
+            "laneway_group_replica_abstaining",
+            "1 while the replica, started empty (a wiped disk), refuses votes until it has caught up.",
+            |r| u64::from(r.abstaining),
         ),
     ];
     for (name, help, value) in per_replica {
@@ -453,6 +468,25 @@ mod tests {
         assert_eq!(groups[0].health, "ok");
         assert_eq!(groups[1].health, "degraded", "c is 2000 entries behind");
         assert_eq!(groups[1].replicas[2].lag, 2000);
+
+        // A replica back from a wiped disk, caught up in entries but not
+        // yet voting: the group is degraded, and the table says why.
+        let mut wiped = report("catalog", "c", "a", 3, 20, 20);
+        wiped.status.abstaining = true;
+        reports.insert(node("c"), Some(vec![wiped]));
+        let groups = join(&f.map, &reports);
+        assert_eq!(groups[0].health, "degraded");
+        assert!(
+            super::table(&groups).contains("c 20/20 lag 0 abstaining"),
+            "{}",
+            super::table(&groups)
+        );
+        let mut out = String::new();
+        render_metrics(&mut out, &groups);
+        assert!(
+            out.contains("laneway_group_replica_abstaining{group=\"catalog\",node=\"c\"} 1"),
+            "{out}"
+        );
     }
 
     #[test]

@@ -51,3 +51,13 @@ pub(crate) fn watched(stream: BodyStream, ext: &http::Extensions) -> (BodyStream
     });
     (Box::pin(s), failed)
 }
+
+/// The error of a copy's write: ours (500) when reading the source failed
+/// (`failed` from [`watched`]), else the write's own.
+pub(crate) fn blame_copy(failed: &AtomicBool, e: laneway_store::StoreError) -> GwError {
+    if failed.load(Ordering::Relaxed) {
+        GwError::Internal(format!("reading the copy source failed: {e}"))
+    } else {
+        e.into()
+    }
+}

@@ -4,10 +4,13 @@
 //! [`QuotaAsk`] and calls [`reserve`] before the first byte streams; the
 //! store that keeps the tenant's usage checks it against the tenant's
 //! limits ([`limits`], from the key cache) and answers with a
-//! [`QuotaHold`] the handler keeps until the write commits or fails, or
-//! refuses with `403 QuotaExceeded` (the guarantees are in
-//! `laneway_store::quota`). The gateway keeps no tally of its own, so
-//! several gateways over one store share one.
+//! [`QuotaHold`] the handler runs its write under ([`covered`]) until the
+//! write commits or fails, or refuses with `403 QuotaExceeded` (the
+//! guarantees are in `laneway_store::quota`). The gateway keeps no tally
+//! of its own, so several gateways over one store share one. In a
+//! cluster the hold goes with the write's call to the store node, which
+//! gives it back when the write is done: a call that timed out or was cut
+//! off leaves the gateway without that knowledge.
 
 use crate::request::context::{Gateway, ReqCtx};
 use crate::request::error::GwResult;
@@ -25,14 +28,23 @@ pub fn limits(l: &Limits) -> QuotaLimits {
 }
 
 /// Reserve room for `ask` in the request's tenant's quota (`None`: the
-/// tenant has no byte or object quota). Hold the answer until the write
-/// is done.
+/// tenant has no byte or object quota). Run the write under the answer
+/// ([`covered`]).
 pub async fn reserve(gw: &Gateway, ctx: &ReqCtx, ask: QuotaAsk) -> GwResult<Option<QuotaHold>> {
     let hold = gw
         .store()
         .reserve_quota(&ctx.tenant, limits(&ctx.limits), ask)
         .await?;
     Ok(hold)
+}
+
+/// Run `write` (the store calls that make one write) under `hold`, which
+/// is given back when the write is done ([`QuotaHold::cover`]).
+pub async fn covered<F: Future>(hold: Option<QuotaHold>, write: F) -> F::Output {
+    match hold {
+        Some(hold) => hold.cover(write).await,
+        None => write.await,
+    }
 }
 
 #[cfg(test)]

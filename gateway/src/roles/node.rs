@@ -57,6 +57,12 @@ pub struct StoreArgs {
     #[arg(long, env = "LANEWAY_RAFT_SNAPSHOT_ENTRIES", default_value_t = laneway_replica::group::SNAPSHOT_ENTRIES,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub raft_snapshot_entries: u64,
+    /// Seconds between two background passes that abort stale multipart
+    /// uploads and compact volume segments at least half garbage (a
+    /// replicated partition is compacted by its leader, through its group).
+    #[arg(long, env = "LANEWAY_COMPACT_EVERY", default_value_t = 300,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub compact_every: u64,
     /// Log filter (RUST_LOG syntax).
     #[arg(long = "log", env = "LANEWAY_LOG")]
     pub log: Option<String>,
@@ -113,7 +119,7 @@ pub async fn run(args: StoreArgs) -> Result<(), NodeError> {
     let replication = replication_of(&file, &node, &secret, &args)?;
     let groups = replication.as_ref().map(|r| r.opener.clone());
     let store = open_store(&args, &map_source, &node, groups).await?;
-    start_compactor(&store, replication.is_some());
+    start_compactor(&store, args.compact_every);
     let map: Arc<dyn MapSource> = map_source.clone();
     let cluster = RemoteStore::new(&file, Arc::clone(&map), CallOptions::default())?;
     let _watch = cluster.watch_leaders(std::time::Duration::from_secs(1));
@@ -170,18 +176,13 @@ fn replication_of(
         .map_err(cfg_err)
 }
 
-/// Compaction of unreplicated nodes (every 5 minutes, segments at least
-/// half dead, blobs a week old). A replicated partition's volumes must
-/// stay byte-identical on its replicas, so a replica never rewrites its
-/// segments on its own: compaction of replicated partitions, as a logged
-/// step of the group, is not built yet (docs/replication.md).
-fn start_compactor(store: &Arc<Store>, replicated: bool) {
-    if replicated {
-        tracing::info!("replicated partitions: volume compaction is off");
-        return;
-    }
+/// The node's background passes (every `every_secs`: segments at least
+/// half dead, multipart uploads a week old). On a replicated node each
+/// partition is swept and compacted by its leader only, its segments moved
+/// and deleted through the group's log (`laneway_store::compaction`).
+fn start_compactor(store: &Arc<Store>, every_secs: u64) {
     store.start_compactor(
-        std::time::Duration::from_secs(300),
+        std::time::Duration::from_secs(every_secs),
         0.5,
         std::time::Duration::from_secs(168 * 3600),
     );

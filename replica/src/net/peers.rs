@@ -284,9 +284,10 @@ pub(super) fn failure_of(e: RpcError) -> Failure {
         {
             Failure::Unreachable(e.to_string())
         }
-        RpcError::Timeout { .. } | RpcError::Remote(_) | RpcError::Protocol { .. } => {
-            Failure::Network(e.to_string())
-        }
+        RpcError::Timeout { .. }
+        | RpcError::Remote(_)
+        | RpcError::Protocol { .. }
+        | RpcError::BodyFailed { .. } => Failure::Network(e.to_string()),
     }
 }
 

@@ -101,14 +101,17 @@ impl RaftService {
 
     /// [`RaftService::register`], for a replica that started `empty` (no
     /// log, no vote) with a [`Rejoin`]: it answers vote requests through
-    /// it ([`crate::rejoin`]) until it has caught up.
+    /// it ([`crate::rejoin`]) until it has caught up. Returns that
+    /// [`Rejoin`], for the group's status.
     pub fn register_as(
         &self,
         group: GroupId,
         raft: PartitionRaft,
         empty: bool,
-    ) -> Option<PartitionRaft> {
-        self.host(group, raft, empty.then(|| Arc::new(Rejoin::new())))
+    ) -> Option<Arc<Rejoin>> {
+        let rejoin = empty.then(|| Arc::new(Rejoin::new()));
+        self.host(group, raft, rejoin.clone());
+        rejoin
     }
 
     fn host(
@@ -267,7 +270,7 @@ impl Hosted {
         };
         rejoin.saw_append(&rpc);
         let answer = self.raft.append_entries(rpc).await;
-        rejoin.update(crate::rejoin::applied(&self.raft));
+        rejoin.settle(&self.raft.metrics().borrow());
         answer
     }
 }

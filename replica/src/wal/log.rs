@@ -88,6 +88,32 @@ impl WalLog {
             .with_state(|s| s.groups.get(&self.group).map_or(0, |g| g.live_bytes))
     }
 
+    /// Whether the file holds anything of this group (entries, a vote, a
+    /// purged or committed id).
+    pub fn is_known(&self) -> bool {
+        self.wal.with_state(|s| s.groups.contains_key(&self.group))
+    }
+
+    /// Drop everything of this group, durably: its entries, vote and
+    /// committed and purged ids (its replica left the node; the group,
+    /// if it comes back, begins empty).
+    pub async fn forget(&self) -> Result<(), StorageError> {
+        let framed = Framed::forget(self.group).map_err(|e| Self::err(Work::WriteLogs, io(e)))?;
+        let record = Pending {
+            framed,
+            effect: Effect::Forgotten,
+        };
+        {
+            let mut memory = lock_memory(&self.memory);
+            memory.recent.clear();
+            memory.unsaved_committed = None;
+        }
+        self.wal
+            .submit(self.group, vec![record], true)
+            .await
+            .map_err(|e| Self::err(Work::WriteLogs, e))
+    }
+
     /// Append `entries` after the log, durably (what `append` does before
     /// its callback).
     pub async fn write_entries(&self, entries: &[LogEntry]) -> Result<(), StorageError> {

@@ -318,6 +318,7 @@ fn replay(state: &mut WalState, segment: u64, offset: u64, body_len: u32, record
         Record::Purge { group, upto } => state.group(group).purged(upto),
         Record::Vote { group, vote } => state.group(group).vote = Some(vote),
         Record::Committed { group, committed } => state.group(group).committed = committed,
+        Record::Forget { group } => state.forget(group),
     }
 }
 

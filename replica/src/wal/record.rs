@@ -19,6 +19,8 @@
 //! - [`Kind::Truncate`]: the first index removed (u64 LE).
 //! - [`Kind::Purge`], [`Kind::Vote`], [`Kind::Committed`]: the bincode form
 //!   of the purged log id, the vote, or the (optional) committed log id.
+//! - [`Kind::Forget`]: nothing more; the group's whole state (vote,
+//!   committed and purged ids, entries) is dropped.
 //!
 //! Entries are encoded by the group's task, straight into the record,
 //! before they reach the writer thread ([`Framed::entries`]), so the
@@ -58,6 +60,9 @@ pub enum Kind {
     Vote = 5,
     /// The group's last committed log id (a hint for restarts).
     Committed = 6,
+    /// Everything of the group before it is dropped (its replica left this
+    /// node); records after it begin the group anew.
+    Forget = 7,
 }
 
 impl Kind {
@@ -69,6 +74,7 @@ impl Kind {
             4 => Kind::Purge,
             5 => Kind::Vote,
             6 => Kind::Committed,
+            7 => Kind::Forget,
             _ => return None,
         })
     }
@@ -157,6 +163,11 @@ impl Framed {
     /// The record of `group`'s committed log id.
     pub fn committed(group: u64, committed: &Option<LogId>) -> Result<Framed, RecordError> {
         Framed::value(Kind::Committed, group, committed)
+    }
+
+    /// The record dropping everything of `group` before it.
+    pub fn forget(group: u64) -> Result<Framed, RecordError> {
+        Builder::head(Kind::Forget, group).finish()
     }
 
     fn value<T: Serialize>(kind: Kind, group: u64, value: &T) -> Result<Framed, RecordError> {
@@ -289,6 +300,11 @@ pub enum Record {
         /// The committed log id.
         committed: Option<LogId>,
     },
+    /// [`Kind::Forget`].
+    Forget {
+        /// The group.
+        group: u64,
+    },
 }
 
 impl Record {
@@ -323,6 +339,7 @@ impl Record {
                 group,
                 committed: value(rest)?,
             },
+            Kind::Forget => Record::Forget { group },
         })
     }
 }

@@ -11,6 +11,8 @@
 //!   entries, so the removal matters only for damage); entries at or
 //!   before the purged id are not taken;
 //! - a relocated record puts its copies in place of the originals;
+//! - a forget record drops the group's state (records after it begin the
+//!   group anew);
 //! - segments are deleted oldest first, only once none holds an entry a
 //!   group still has ([`WalState::oldest_needed`]): an entry of an old
 //!   segment that is still needed is relocated first. Recovery therefore
@@ -166,6 +168,12 @@ impl WalState {
     /// Group `group` (created empty if unknown).
     pub fn group(&mut self, group: u64) -> &mut GroupState {
         self.groups.entry(group).or_default()
+    }
+
+    /// Drop everything of `group`: it holds no entries any more, so no
+    /// segment is kept for it, and no checkpoint names it.
+    pub fn forget(&mut self, group: u64) {
+        self.groups.remove(&group);
     }
 
     /// The oldest segment some group still needs (an entry of it lies

@@ -4,7 +4,9 @@
 //! model run (appends, truncations, purges, votes over several groups with
 //! tiny segments, reopened every few steps) always reads back what a plain
 //! in-memory model holds; segments begun in preallocated spares reopen
-//! where their records end, and a torn write into the zeros is cut off; and a writer process killed with SIGKILL mid-run,
+//! where their records end, and a torn write into the zeros is cut off; a
+//! forgotten group comes back empty and holds no segment; and a writer
+//! process killed with SIGKILL mid-run,
 //! again and again on one directory, never loses an append it
 //! acknowledged.
 
@@ -105,6 +107,50 @@ fn what_was_acknowledged_comes_back_after_a_reopen() {
                 .last_log_id
                 .is_none()
         );
+    });
+}
+
+#[test]
+fn a_forgotten_group_comes_back_empty_and_keeps_no_segment() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = runtime();
+    rt.block_on(async {
+        let wal = Wal::open_with(dir.path(), tiny()).expect("open");
+        let mut gone = wal.log(5);
+        let mut kept = wal.log(6);
+        append(&mut gone, (1..=3).map(|i| entry(1, i, 50)).collect()).await;
+        gone.save_vote(&Vote::new_committed(1, 2))
+            .await
+            .expect("vote");
+        gone.purge(id(1, 1)).await.expect("purge");
+        append(&mut kept, vec![entry(1, 1, 50)]).await;
+        gone.forget().await.expect("forget");
+        assert!(all(&mut gone).await.is_empty());
+        assert_eq!(gone.read_vote().await.expect("vote"), None);
+        // Enough of the other group's writes to pass many tiny segments:
+        // the forgotten group's first segment goes without a relocation.
+        for i in 2..=200 {
+            append(&mut kept, vec![entry(1, i, 500)]).await;
+            if i % 20 == 0 {
+                kept.purge(id(1, i - 5)).await.expect("purge");
+            }
+        }
+        assert_eq!(wal.stats().relocated_bytes, 0, "{:?}", wal.stats());
+        assert!(segment::list(dir.path()).expect("list")[0] > 1);
+    });
+    rt.block_on(async {
+        let wal = Wal::open_with(dir.path(), tiny()).expect("reopen");
+        let mut gone = wal.log(5);
+        let state = gone.get_log_state().await.expect("state");
+        assert_eq!((state.last_log_id, state.last_purged_log_id), (None, None));
+        assert_eq!(gone.read_vote().await.expect("vote"), None);
+        assert_eq!(all(&mut wal.log(6)).await.len(), 5);
+        // The group begun anew keeps what it writes after the forget.
+        append(&mut gone, vec![entry(4, 1, 9)]).await;
+    });
+    rt.block_on(async {
+        let wal = Wal::open_with(dir.path(), tiny()).expect("reopen");
+        assert_eq!(all(&mut wal.log(5)).await, vec![entry(4, 1, 9)]);
     });
 }
 

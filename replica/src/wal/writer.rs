@@ -91,6 +91,8 @@ pub enum Effect {
     Voted(Vote<NodeId>),
     /// A committed id saved.
     Committed(Option<LogId>),
+    /// Everything of the group dropped.
+    Forgotten,
 }
 
 /// A record to write and what it does.
@@ -479,6 +481,10 @@ pub fn apply(state: &mut WalState, segment: u64, group: u64, at: u64, pending: P
             })
             .collect()
     };
+    if let Effect::Forgotten = pending.effect {
+        state.forget(group);
+        return;
+    }
     let g = state.group(group);
     match pending.effect {
         Effect::Appended => g.appended(&locations()),
@@ -487,6 +493,7 @@ pub fn apply(state: &mut WalState, segment: u64, group: u64, at: u64, pending: P
         Effect::Purged(upto) => g.purged(upto),
         Effect::Voted(vote) => g.vote = Some(vote),
         Effect::Committed(c) => g.committed = c,
+        Effect::Forgotten => {}
     }
 }
 

@@ -5,10 +5,13 @@
 //! the desk runs the same engine as a single process ([`Quotas`]), reading
 //! committed usage from every node through its own client of the cluster,
 //! and keeps the granted [`Reservation`] in a table under a new id until
-//! the gateway gives it back ([`crate::node::proto::Call::QuotaRelease`])
-//! after its write committed or failed. A gateway that dies holding one
-//! cannot give it back: every hold lapses after [`HOLD_MAX`], and the table
-//! is bounded ([`MAX_HOLDS`]; past it new reservations answer 503).
+//! it is given back ([`crate::node::proto::Call::QuotaRelease`]) after its
+//! write committed or failed: by the store node that ran the write (the
+//! write's call carries the id), and by the gateway when it knows the
+//! write is done (`crate::quota::QuotaHold::cover`). A hold nobody gives
+//! back (its gateway died before sending the write, or the call was lost
+//! on the way in) lapses after [`HOLD_MAX`], and the table is bounded
+//! ([`MAX_HOLDS`]; past it new reservations answer 503).
 
 use crate::client::StoreClient;
 use crate::error::{StoreError, StoreResult};
@@ -43,7 +46,7 @@ impl QuotaDesk {
             engine: Quotas::default(),
             cluster,
             holds: Mutex::new(HashMap::new()),
-            next: AtomicU64::new(1),
+            next: AtomicU64::new(first_id()),
             lapsed: Mutex::new(Instant::now()),
         }
     }
@@ -98,6 +101,19 @@ impl QuotaDesk {
         let mut holds = self.holds.lock();
         holds.retain(|_, (_, at)| now.duration_since(*at) < HOLD_MAX);
     }
+}
+
+/// The first id of a desk: a random high half, counting up from 1 in the
+/// low half. A release still on its way from a write made under another
+/// desk (the catalog's leader before a failover, or this node before a
+/// restart) then names no hold here, instead of one that happens to have
+/// the same number.
+fn first_id() -> u64 {
+    use ring::rand::SecureRandom;
+    let mut raw = [0u8; 4];
+    // A failed generator leaves 0: ids then start at 1, as they used to.
+    let _ = ring::rand::SystemRandom::new().fill(&mut raw);
+    (u64::from(u32::from_be_bytes(raw)) << 32) | 1
 }
 
 /// How often the table is scanned for lapsed holds.

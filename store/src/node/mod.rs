@@ -11,6 +11,15 @@
 //! not host, or a catalog call on another node, is answered `WrongNode`
 //! with the node's map version, so a stale sender refreshes its map and
 //! retries.
+//!
+//! A write that carries a quota hold ([`Envelope::hold`]) runs in a task
+//! of its own and gives the hold back to the catalog's desk when it is
+//! done, committed or failed, even if its caller went away meanwhile: the
+//! caller cannot know when that is (`crate::quota::QuotaHold::cover`).
+//! The node owns the hold from the moment it decodes the call
+//! (`GiveBack`): a call refused before it runs (not the leader, no
+//! room in the lanes), or dropped while it waits there (its caller reset
+//! the stream), gives the hold back too.
 
 pub mod desk;
 pub mod lanes;
@@ -43,29 +52,37 @@ struct Inner {
     lanes: lanes::NodeLanes,
     desk: desk::QuotaDesk,
     windows: windows::Windows,
+    peers: Arc<crate::remote::RemoteStore>,
 }
 
 impl NodeService {
     /// Serve `store` as node `node` of the cluster whose map `map` gives;
     /// `cluster` is a client of every node (the catalog's quota desk reads
-    /// usage through it).
+    /// usage through it; writes give their quota holds back through it).
     pub fn new(
         store: Arc<Store>,
         node: NodeId,
         map: Arc<dyn MapSource>,
         lanes: lanes::NodeLanes,
-        cluster: Arc<dyn crate::client::StoreClient>,
+        cluster: Arc<crate::remote::RemoteStore>,
     ) -> NodeService {
+        let usage: Arc<dyn crate::client::StoreClient> = cluster.clone();
         NodeService {
             inner: Arc::new(Inner {
                 store,
                 node,
                 map,
                 lanes,
-                desk: desk::QuotaDesk::new(cluster),
+                desk: desk::QuotaDesk::new(usage),
                 windows: windows::Windows::default(),
+                peers: cluster,
             }),
         }
+    }
+
+    /// Quota holds the desk keeps (non-zero only on the catalog's node).
+    pub fn quota_holds(&self) -> usize {
+        self.inner.desk.held()
     }
 
     /// The node's lanes (metrics).
@@ -86,9 +103,23 @@ impl Handler for NodeService {
     }
 }
 
+/// A quota hold this node owns for a write call: given back to the
+/// catalog's desk when dropped, wherever the call ended (answered,
+/// refused before it ran, or dropped with its caller's stream).
+struct GiveBack {
+    peers: Arc<crate::remote::RemoteStore>,
+    id: u64,
+}
+
+impl Drop for GiveBack {
+    fn drop(&mut self) {
+        self.peers.give_back_quota(self.id);
+    }
+}
+
 impl Inner {
     async fn answer(
-        &self,
+        self: &Arc<Self>,
         method: &str,
         args: &[u8],
         body: BodyStream,
@@ -101,6 +132,14 @@ impl Inner {
                 format!("method {method} carries a {} call", env.call.name()),
             ));
         }
+        // Owned from here: given back however this call ends.
+        let hold = env
+            .hold
+            .filter(|_| env.call.takes_quota())
+            .map(|id| GiveBack {
+                peers: Arc::clone(&self.peers),
+                id,
+            });
         let map_version = self.map.current().version();
         if env.call.route() == Route::Catalog && !self.hosts_catalog() {
             return Err(wrong_node(map_version, "the catalog is not on this node"));
@@ -120,7 +159,7 @@ impl Inner {
         }
         let body = self.lanes.pace(env.caller.as_ref(), body);
         let reply = self
-            .dispatch(env.call, body)
+            .run(env.call, body, hold)
             .await
             .map_err(|e| self.wire_error(map_version, e))?;
         let window = env
@@ -130,6 +169,29 @@ impl Inner {
         Ok(self
             .lanes
             .hold_until_sent(permit, with_window(window, reply)))
+    }
+
+    /// Run `call`; one made under quota hold `hold` in a task of its own,
+    /// which gives the hold back once the call is done, however it ends,
+    /// and whether or not this answer is still awaited.
+    async fn run(
+        self: &Arc<Self>,
+        call: Call,
+        body: BodyStream,
+        hold: Option<GiveBack>,
+    ) -> StoreResult<Reply> {
+        let Some(hold) = hold else {
+            return self.dispatch(call, body).await;
+        };
+        let me = Arc::clone(self);
+        let write = tokio::spawn(async move {
+            let done = me.dispatch(call, body).await;
+            drop(hold);
+            done
+        });
+        write
+            .await
+            .map_err(|e| StoreError::Engine(format!("a write task ended: {e}")))?
     }
 
     /// A store error as the wire carries it: a partition this node does

@@ -54,6 +54,10 @@ pub struct Envelope {
     /// The sender's calls of this caller to this node, in flight or
     /// waiting for its window ([`crate::node::windows`]).
     pub backlog: u32,
+    /// The quota desk's id of the hold this write is made under, which
+    /// the node gives back once the write is done (only on calls that
+    /// [`Call::takes_quota`]; `crate::quota::QuotaHold::cover`).
+    pub hold: Option<u64>,
 }
 
 /// Every operation a store node answers (the reply type in brackets).
@@ -472,6 +476,18 @@ impl Call {
             | Call::UploadChecksum { bucket, key, .. }
             | Call::ListParts { bucket, key, .. } => Route::Object(bucket.id, key),
         }
+    }
+
+    /// Whether the call is a write a quota hold is reserved for (it
+    /// carries the hold to the node, which gives it back once done).
+    pub fn takes_quota(&self) -> bool {
+        matches!(
+            self,
+            Call::PutObject { .. }
+                | Call::UploadPart { .. }
+                | Call::CompleteMultipartUpload { .. }
+                | Call::CreateMultipartUpload { .. }
+        )
     }
 
     /// Whether the call streams a body after its arguments.

@@ -1,9 +1,30 @@
 //! [`QuotaHold`]: a reservation of quota as the caller of
 //! [`StoreClient::reserve_quota`](crate::StoreClient::reserve_quota) holds
-//! it, whichever store made it.
+//! it, whichever store made it; and its handover to the store node that
+//! runs the write it covers ([`QuotaHold::cover`]).
+//!
+//! Why a handover: a hold must last until its write has committed or
+//! failed, and in a cluster only the store node running the write knows
+//! when that is. A gateway whose call timed out, lost its connection or
+//! was cancelled by its own client has not learned the outcome, and the
+//! node may still commit the write; giving the hold back then would let
+//! other writes be admitted into room this one is about to fill. So the
+//! write calls made under [`QuotaHold::cover`] carry the hold's id (the
+//! catalog node's quota desk made it), the node gives the hold back
+//! itself once its write is finished (`crate::node`), and the gateway
+//! gives it back only when it knows the node is done: an answer came,
+//! or the call never left. Otherwise the node's release is the one that
+//! counts (and if the call was lost on the way in, the desk lets the
+//! hold lapse: erring on the side of refusing). In process the same holds
+//! for a caller dropped while its write commits (its S3 client hung up):
+//! the in-process store's write takes the hold and gives it back itself.
 
 use super::Reservation;
+use parking_lot::Mutex;
 use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// What gives a hold back.
 type Release = Box<dyn FnOnce() + Send + Sync>;
@@ -11,10 +32,12 @@ type Release = Box<dyn FnOnce() + Send + Sync>;
 /// A write's share of its tenant's quota, given back when dropped (after
 /// the write commits or fails). In process it carries the engine's
 /// [`Reservation`]; a remote client's hold runs the action that releases
-/// the reservation on the node that made it.
+/// the reservation on the node that made it, and has that node's id for
+/// it, which write calls carry ([`QuotaHold::cover`]).
 #[must_use = "the reservation is given back as soon as the hold is dropped"]
 pub struct QuotaHold {
     release: Option<Release>,
+    id: Option<u64>,
 }
 
 impl QuotaHold {
@@ -22,6 +45,129 @@ impl QuotaHold {
     pub fn new(release: impl FnOnce() + Send + Sync + 'static) -> QuotaHold {
         QuotaHold {
             release: Some(Box::new(release)),
+            id: None,
+        }
+    }
+
+    /// A hold made by a quota desk under `id`, given back by `release`
+    /// (or by the store node its write ran on).
+    pub fn remote(id: u64, release: impl FnOnce() + Send + Sync + 'static) -> QuotaHold {
+        QuotaHold {
+            release: Some(Box::new(release)),
+            id: Some(id),
+        }
+    }
+
+    /// The quota desk's id of a remote hold (what a write call carries).
+    pub fn id(&self) -> Option<u64> {
+        self.id
+    }
+
+    /// Run `write` (the store calls of one write) under this hold, then
+    /// give the hold back, unless a call of `write` that carried it may
+    /// still be running on a store node (no answer came: the node gives
+    /// it back when that write is done). The same when this future is
+    /// dropped before it finishes. An in-process hold (no id) may be
+    /// taken by the in-process store's write, which keeps it until that
+    /// write is done, in a task of its own (`crate::LocalStore`): a
+    /// caller dropped while its write commits gives nothing back early.
+    pub async fn cover<F: Future>(self, write: F) -> F::Output {
+        let handover = Arc::new(Handover {
+            id: self.id,
+            at_node: AtomicBool::new(false),
+            kept: Mutex::new(Some(self)),
+        });
+        let covered = Covered(Arc::clone(&handover));
+        let out = HANDOVER.scope(handover, write).await;
+        drop(covered);
+        out
+    }
+}
+
+/// A hold while its write runs: given back on drop (if the write did not
+/// take it) unless a store node may still be running a call that carried
+/// it.
+struct Covered(Arc<Handover>);
+
+impl Drop for Covered {
+    fn drop(&mut self) {
+        let Some(mut hold) = self.0.kept.lock().take() else {
+            return;
+        };
+        if self.0.at_node.load(Ordering::Acquire) {
+            hold.release = None;
+        }
+    }
+}
+
+tokio::task_local! {
+    static HANDOVER: Arc<Handover>;
+}
+
+/// The hold of the write the running task makes ([`QuotaHold::cover`]):
+/// what its calls to store nodes carry, or what the in-process store's
+/// write takes.
+#[derive(Debug)]
+pub(crate) struct Handover {
+    /// The desk's id of a remote hold.
+    id: Option<u64>,
+    /// Set once a call carrying the hold went out and no answer came.
+    at_node: AtomicBool,
+    /// The hold, until the write is done or takes it.
+    kept: Mutex<Option<QuotaHold>>,
+}
+
+impl Handover {
+    /// The hold of the running task's write, if it has one.
+    pub(crate) fn current() -> Option<Arc<Handover>> {
+        HANDOVER.try_with(Arc::clone).ok()
+    }
+
+    /// The desk's id of the hold (`None`: an in-process hold).
+    pub(crate) fn id(&self) -> Option<u64> {
+        self.id
+    }
+
+    /// The running task's in-process hold, taken by the write that keeps
+    /// it until it is done (`None`: no hold, a remote one, or taken).
+    pub(crate) fn take_in_process() -> Option<QuotaHold> {
+        let h = Handover::current()?;
+        if h.id.is_some() {
+            return None;
+        }
+        h.kept.lock().take()
+    }
+
+    /// A call carrying the hold is going out: unless
+    /// [`Sending::answered`] says otherwise, the node has it.
+    pub(crate) fn sending(self: &Arc<Self>) -> Sending {
+        Sending {
+            handover: Some(Arc::clone(self)),
+        }
+    }
+}
+
+/// One call that carries a hold, until its outcome is known.
+pub(crate) struct Sending {
+    handover: Option<Arc<Handover>>,
+}
+
+impl Sending {
+    /// The call ended: `done` when the node answered or the call never
+    /// left (the node is not running it); otherwise the node may be.
+    pub(crate) fn answered(mut self, done: bool) {
+        if let (Some(h), false) = (self.handover.take(), done) {
+            h.at_node.store(true, Ordering::Release);
+        }
+    }
+}
+
+impl Drop for Sending {
+    /// Dropped before its outcome was known (the caller was cancelled):
+    /// the node may be running the call.
+    fn drop(&mut self) {
+        if let Some(h) = self.handover.take() {
+            h.at_node.store(true, Ordering::Release);
         }
     }
 }
@@ -44,6 +190,7 @@ impl fmt::Debug for QuotaHold {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("QuotaHold")
             .field("held", &self.release.is_some())
+            .field("id", &self.id)
             .finish()
     }
 }
@@ -63,6 +210,133 @@ mod tests {
         });
         assert_eq!(released.load(Ordering::SeqCst), 0);
         drop(hold);
+        assert_eq!(released.load(Ordering::SeqCst), 1);
+    }
+
+    /// A remote hold whose release counts into `released`.
+    fn remote(id: u64, released: &Arc<AtomicUsize>) -> QuotaHold {
+        let counter = Arc::clone(released);
+        QuotaHold::remote(id, move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+        })
+    }
+
+    /// A call of the covered write: sent under the task's hold, ended as
+    /// `done` says.
+    fn call(done: bool) {
+        let handover = Handover::current().expect("a covered write");
+        handover.sending().answered(done);
+    }
+
+    #[tokio::test]
+    async fn a_covered_write_gives_the_hold_back_once_its_calls_were_answered() {
+        let released = Arc::new(AtomicUsize::new(0));
+        let out = remote(7, &released)
+            .cover(async {
+                assert_eq!(Handover::current().and_then(|h| h.id()), Some(7));
+                call(true);
+                call(true);
+                "written"
+            })
+            .await;
+        assert_eq!(out, "written");
+        assert_eq!(released.load(Ordering::SeqCst), 1);
+        assert!(
+            Handover::current().is_none(),
+            "the hold is the write's only"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_call_without_an_answer_leaves_the_hold_to_the_node() {
+        let released = Arc::new(AtomicUsize::new(0));
+        remote(8, &released)
+            .cover(async {
+                call(false);
+                // A later answered call does not take the hold back: the
+                // first may still be running.
+                call(true);
+            })
+            .await;
+        assert_eq!(released.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test]
+    async fn a_write_dropped_during_a_call_leaves_the_hold_to_the_node() {
+        let released = Arc::new(AtomicUsize::new(0));
+        let (sent_tx, sent_rx) = tokio::sync::oneshot::channel::<()>();
+        let write = remote(9, &released).cover(async move {
+            let _sending = Handover::current().expect("covered").sending();
+            let _ = sent_tx.send(());
+            std::future::pending::<()>().await;
+        });
+        let task = tokio::spawn(write);
+        sent_rx.await.expect("the call went out");
+        task.abort();
+        let _ = task.await;
+        assert_eq!(released.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test]
+    async fn a_write_dropped_before_any_call_gives_the_hold_back() {
+        let released = Arc::new(AtomicUsize::new(0));
+        let write = remote(10, &released).cover(std::future::pending::<()>());
+        let task = tokio::spawn(write);
+        tokio::task::yield_now().await;
+        task.abort();
+        let _ = task.await;
+        assert_eq!(released.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn an_in_process_hold_is_given_back_after_its_write() {
+        let released = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&released);
+        let hold = QuotaHold::new(move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+        });
+        hold.cover(async {
+            assert_eq!(
+                Handover::current().and_then(|h| h.id()),
+                None,
+                "no id to carry"
+            );
+        })
+        .await;
+        assert_eq!(released.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn an_in_process_hold_taken_by_its_write_is_given_back_by_that_write() {
+        let released = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&released);
+        let hold = QuotaHold::new(move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+        });
+        let (taken_tx, taken_rx) = tokio::sync::oneshot::channel();
+        let write = hold.cover(async move {
+            let taken = Handover::take_in_process().expect("the hold");
+            assert!(Handover::take_in_process().is_none(), "taken once");
+            let _ = taken_tx.send(taken);
+            std::future::pending::<()>().await;
+        });
+        let task = tokio::spawn(write);
+        let taken = taken_rx.await.expect("taken");
+        task.abort();
+        let _ = task.await;
+        assert_eq!(released.load(Ordering::SeqCst), 0, "the write keeps it");
+        drop(taken);
+        assert_eq!(released.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_remote_hold_is_never_taken_by_an_in_process_write() {
+        let released = Arc::new(AtomicUsize::new(0));
+        remote(11, &released)
+            .cover(async {
+                assert!(Handover::take_in_process().is_none());
+            })
+            .await;
         assert_eq!(released.load(Ordering::SeqCst), 1);
     }
 

@@ -16,7 +16,9 @@
 //! [`QuotaHold`] that carries it) is dropped, after the commit (or
 //! failure): so concurrent uploads racing for the last bytes cannot both
 //! win, and a refused upload leaves nothing behind because it never
-//! started.
+//! started. "After" is decided by what runs the write (the store node,
+//! or the in-process store's write task), not by its caller, which may
+//! have stopped waiting ([`QuotaHold::cover`]).
 //!
 //! An overwrite is credited with the size of the object it replaces (read
 //! under the same lock), so replacing an object at the quota with one no
@@ -53,6 +55,7 @@ mod hold;
 pub mod usage;
 
 pub use engine::{Quotas, Reservation};
+pub(crate) use hold::Handover;
 pub use hold::QuotaHold;
 pub use usage::{TenantTotals, tenant_totals};
 

@@ -172,8 +172,8 @@ impl RemoteStore {
         let deadline = tokio::time::Instant::now() + within;
         let map = self.map();
         let name = call.name();
-        let (args, window, _) = self.envelope(call, &map, node)?;
-        self.exchange(node, name, args, None, window, deadline)
+        let (sealed, _) = self.envelope(call, &map, node)?;
+        self.exchange(node, name, sealed, None, deadline)
             .await
             .map(|(reply, _)| reply)
             .map_err(route::Sent::into_store)
@@ -810,19 +810,35 @@ impl StoreClient for RemoteStore {
 }
 
 impl RemoteStore {
-    /// A hold whose drop gives reservation `id` back to the catalog node
-    /// (in the background; a release that never arrives lapses there).
+    /// A hold whose drop gives reservation `id` back to the catalog node,
+    /// in the background on the runtime it was made on (a store node
+    /// running a write made under it gives it back too:
+    /// [`QuotaHold::cover`]).
     fn remote_hold(&self, id: u64) -> QuotaHold {
         let me = self.clone();
         let handle = tokio::runtime::Handle::try_current().ok();
-        QuotaHold::new(move || {
-            let Some(handle) = handle else { return };
-            handle.spawn(async move {
-                let r: StoreResult<()> = me.ask(Call::QuotaRelease { id }).await;
-                if let Err(e) = r {
-                    tracing::warn!(hold = id, error = %e, "quota release failed; it lapses at the catalog node");
-                }
-            });
+        QuotaHold::remote(id, move || {
+            if let Some(handle) = handle {
+                handle.spawn(me.release_quota(id));
+            }
         })
+    }
+
+    /// Give quota hold `id` back to the catalog node's desk, in the
+    /// background (one for a hold already given back is ignored there).
+    /// Outside a runtime, nothing: the hold lapses at the desk.
+    pub fn give_back_quota(&self, id: u64) {
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(self.clone().release_quota(id));
+        }
+    }
+
+    /// Ask the catalog node to release hold `id` (a failure is logged: the
+    /// hold then lapses there).
+    async fn release_quota(self, id: u64) {
+        let r: StoreResult<()> = self.ask(Call::QuotaRelease { id }).await;
+        if let Err(e) = r {
+            tracing::warn!(hold = id, error = %e, "quota release failed; it lapses at the catalog node");
+        }
     }
 }

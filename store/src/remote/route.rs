@@ -34,6 +34,7 @@ use crate::cluster::{NodeId, PartitionMap};
 use crate::error::{StoreError, StoreResult};
 use crate::ids::PartitionId;
 use crate::node::proto::{Call, Envelope, Route, decode, encode};
+use crate::quota::Handover;
 use crate::rpc::{CallOptions, RpcError, WireCode};
 use crate::store::BodyStream;
 use bytes::Bytes;
@@ -106,8 +107,32 @@ impl From<RpcError> for Sent {
                 Sent::Lost(e.to_string())
             }
             RpcError::Protocol { .. } => Sent::Store(StoreError::Engine(e.to_string())),
+            RpcError::BodyFailed { why, .. } => Sent::Store(StoreError::Body(why)),
         }
     }
+}
+
+/// Whether a failed call is finished at the node as far as a quota hold
+/// it carried is concerned: the node answered (its answer comes after
+/// the write is done), the call never left, or its data stream failed
+/// (the node never saw the stream's end, so its write cannot commit). A
+/// call that went out without an answer, or whose answer could not be
+/// read, may still be running there.
+fn node_is_done(e: &RpcError) -> bool {
+    match e {
+        RpcError::Remote(_) | RpcError::BodyFailed { .. } => true,
+        RpcError::Unavailable { sent, .. } | RpcError::Timeout { sent, .. } => !sent,
+        RpcError::Protocol { .. } => false,
+    }
+}
+
+/// An envelope ready to go, with what goes with it: the caller's window
+/// at the node (none for calls made for no tenant) and the quota hold the
+/// call carries, if any.
+pub(super) struct Sealed {
+    args: Bytes,
+    window: Option<Arc<window::Window>>,
+    hold: Option<Arc<Handover>>,
 }
 
 /// A routed call that failed for good.
@@ -223,12 +248,12 @@ impl RemoteStore {
             let node = self
                 .leader(&map, target, name)
                 .map_err(|e| Failed::new(e, repeated))?;
-            let (args, window, back) = self
+            let (sealed, back) = self
                 .envelope(call, &map, &node)
                 .map_err(|e| Failed::new(e, repeated))?;
             call = back;
             let until = attempt_until(replicas, deadline, self.inner.opts.deadline);
-            let failure = match self.exchange(&node, name, args, None, window, until).await {
+            let failure = match self.exchange(&node, name, sealed, None, until).await {
                 Ok(answer) => return Ok(answer),
                 Err(f) => f,
             };
@@ -279,9 +304,9 @@ impl RemoteStore {
         let name = call.name();
         let map = self.map();
         let node = self.leader(&map, target, name)?;
-        let (args, window, _) = self.envelope(call, &map, &node)?;
+        let (sealed, _) = self.envelope(call, &map, &node)?;
         match self
-            .exchange(&node, name, args, Some(data), window, deadline)
+            .exchange(&node, name, sealed, Some(data), deadline)
             .await
         {
             Ok(answer) => Ok(answer),
@@ -356,9 +381,9 @@ impl RemoteStore {
             .map(|p| map.replicas(*p).len())
             .max()
             .unwrap_or(1);
-        let (args, window, _) = self.envelope(call, map, &node)?;
+        let (sealed, _) = self.envelope(call, map, &node)?;
         let until = attempt_until(replicas, deadline, self.inner.opts.deadline);
-        let failure = match self.exchange(&node, name, args, None, window, until).await {
+        let failure = match self.exchange(&node, name, sealed, None, until).await {
             Ok((reply, _)) => return Ok(vec![(group, reply)]),
             Err(f) => f,
         };
@@ -429,41 +454,45 @@ impl RemoteStore {
             .map_err(|e| StoreError::Unavailable(format!("partition map: {e}")))
     }
 
-    /// The call's envelope for `node`, the caller's window there (none for
-    /// calls made for no tenant), and the call back (for another attempt).
+    /// The call's envelope for `node` with what goes with it (the
+    /// caller's window there, the write's quota hold), and the call back
+    /// (for another attempt).
     pub(super) fn envelope(
         &self,
         call: Call,
         map: &PartitionMap,
         node: &NodeId,
-    ) -> StoreResult<(Bytes, Option<Arc<window::Window>>, Call)> {
+    ) -> StoreResult<(Sealed, Call)> {
         let caller = crate::caller::Caller::current();
         let window = caller
             .as_ref()
             .map(|c| self.inner.windows.of(node, &c.tenant.0));
+        let hold = Handover::current().filter(|h| h.id().is_some() && call.takes_quota());
         let env = Envelope {
             call,
             caller,
             map_version: map.version(),
             sender: self.inner.id,
             backlog: window.as_ref().map_or(0, |w| w.backlog() + 1),
+            hold: hold.as_ref().and_then(|h| h.id()),
         };
         let args = Bytes::from(encode(&env)?);
-        Ok((args, window, env.call))
+        Ok((Sealed { args, window, hold }, env.call))
     }
 
-    /// One attempt at one node, within the caller's `window` there and by
+    /// One attempt at one node, within the caller's window there and by
     /// `deadline` (the wait for a place in the window included); its reply
-    /// decoded (and the node's new window taken).
+    /// decoded (and the node's new window taken). A call that carries a
+    /// quota hold tells the hold whether the node may still be running it.
     pub(super) async fn exchange<T: DeserializeOwned>(
         &self,
         node: &NodeId,
         method: &str,
-        args: Bytes,
+        sealed: Sealed,
         data: Option<BodyStream>,
-        window: Option<Arc<window::Window>>,
         deadline: Instant,
     ) -> Result<(T, BodyStream), Sent> {
+        let Sealed { args, window, hold } = sealed;
         let client = self.client(node).ok_or_else(|| {
             Sent::Store(StoreError::Unavailable(format!(
                 "store node {node} is not in the cluster file"
@@ -482,7 +511,12 @@ impl RemoteStore {
             deadline: deadline.saturating_duration_since(Instant::now()),
             ..self.inner.opts.clone()
         };
-        let (payload, rest) = client.call(method, args, data, &opts).await?;
+        let sending = hold.as_ref().map(|h| h.sending());
+        let answer = client.call(method, args, data, &opts).await;
+        if let Some(s) = sending {
+            s.answered(answer.as_ref().err().is_none_or(node_is_done));
+        }
+        let (payload, rest) = answer?;
         let (given, reply) = split_window(&payload).map_err(Sent::Store)?;
         if let Some(w) = &window {
             w.set_limit(given);

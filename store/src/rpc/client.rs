@@ -21,6 +21,7 @@ use hyper::body::Frame;
 use hyper::client::conn::http2::SendRequest;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 type ReqBody = UnsyncBoxBody<Bytes, std::io::Error>;
@@ -84,8 +85,9 @@ impl RpcClient {
         // connection's keep-alive catches a node that vanished); the
         // deadline for the answer starts when the stream has been sent.
         let (sent_tx, sent_rx) = tokio::sync::oneshot::channel::<()>();
+        let broke = Arc::new(OnceLock::new());
         let data = match data {
-            Some(d) => Some(notify_on_end(d, sent_tx)),
+            Some(d) => Some(notify_on_end(d, sent_tx, Arc::clone(&broke))),
             None => {
                 let _ = sent_tx.send(());
                 None
@@ -100,12 +102,14 @@ impl RpcClient {
             r = &mut attempt => Some(r),
             _ = sent_rx => None,
         };
-        let (payload, rest) = match early {
-            Some(r) => r?,
+        let answer = match early {
+            Some(r) => r,
             None => tokio::time::timeout(opts.deadline, attempt)
                 .await
-                .map_err(|_| self.timeout(opts.deadline, sent.load(Ordering::Relaxed)))??,
+                .map_err(|_| self.timeout(opts.deadline, sent.load(Ordering::Relaxed)))
+                .and_then(|r| r),
         };
+        let (payload, rest) = answer.map_err(|e| self.blame_body(e, broke.get()))?;
         match wire::decode_result(&payload) {
             Ok(Ok(reply)) => Ok((reply, with_stall(rest, opts.stall))),
             Ok(Err(remote)) => Err(RpcError::Remote(remote)),
@@ -243,6 +247,21 @@ impl RpcClient {
         }
     }
 
+    /// A call that failed on the way after its own data stream failed
+    /// (`broke`: why) failed because of that stream: the node never saw
+    /// the stream end, so it cannot have completed the call.
+    fn blame_body(&self, e: RpcError, broke: Option<&String>) -> RpcError {
+        match (e, broke) {
+            (RpcError::Unavailable { .. } | RpcError::Timeout { .. }, Some(why)) => {
+                RpcError::BodyFailed {
+                    addr: self.addr.clone(),
+                    why: why.clone(),
+                }
+            }
+            (e, _) => e,
+        }
+    }
+
     fn protocol(&self, why: impl Into<String>) -> RpcError {
         RpcError::Protocol {
             addr: self.addr.clone(),
@@ -251,18 +270,24 @@ impl RpcClient {
     }
 }
 
-/// `body`, signalling `sent` once it has ended (or failed, or was dropped).
-fn notify_on_end(body: BodyStream, sent: tokio::sync::oneshot::Sender<()>) -> BodyStream {
+/// `body`, signalling `sent` once it has ended (or failed, or was
+/// dropped), and keeping in `broke` why it failed, if it did.
+fn notify_on_end(
+    body: BodyStream,
+    sent: tokio::sync::oneshot::Sender<()>,
+    broke: Arc<OnceLock<String>>,
+) -> BodyStream {
     Box::pin(futures::stream::unfold(
-        (body, Some(sent)),
-        |(mut body, mut sent)| async move {
+        (body, Some(sent), broke),
+        |(mut body, mut sent, broke)| async move {
             match body.next().await {
-                Some(Ok(chunk)) => Some((Ok(chunk), (body, sent))),
+                Some(Ok(chunk)) => Some((Ok(chunk), (body, sent, broke))),
                 Some(Err(e)) => {
+                    let _ = broke.set(e.to_string());
                     if let Some(s) = sent.take() {
                         let _ = s.send(());
                     }
-                    Some((Err(e), (body, None)))
+                    Some((Err(e), (body, None, broke)))
                 }
                 None => {
                     if let Some(s) = sent.take() {

@@ -68,6 +68,16 @@ pub enum RpcError {
         /// deadline passed while connecting, so it never left).
         sent: bool,
     },
+    /// The call's own data stream failed (its sender's body broke off or
+    /// stalled), and the call failed with it: the node never saw the
+    /// stream end, so it did not complete the call.
+    #[error("the data stream to store node {addr} failed: {why}")]
+    BodyFailed {
+        /// The node's address.
+        addr: String,
+        /// The stream's error.
+        why: String,
+    },
     /// The node answered with an error.
     #[error("{0}")]
     Remote(WireError),

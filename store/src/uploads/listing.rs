@@ -219,6 +219,11 @@ impl Store {
     pub async fn abort_stale_uploads(&self, cutoff_ms: i64) -> StoreResult<u64> {
         let mut n = 0;
         for p in self.partitions() {
+            // A replica that does not lead the partition leaves it to the
+            // one that does.
+            if !p.writes_here().await {
+                continue;
+            }
             let mut from = vec![UPLOAD_TAG];
             let end = vec![UPLOAD_TAG + 1];
             loop {
@@ -242,6 +247,9 @@ impl Store {
     pub async fn forget_completed(&self, cutoff_ms: i64) -> StoreResult<u64> {
         let mut n = 0;
         for p in self.partitions() {
+            if !p.writes_here().await {
+                continue;
+            }
             let mut from = vec![COMPLETED_TAG];
             let end = vec![COMPLETED_TAG + 1];
             loop {

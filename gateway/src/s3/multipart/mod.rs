@@ -73,11 +73,10 @@ pub async fn create_multipart_upload(
     )?;
     let meta = crate::request::meta::meta_input!(input).into_meta()?;
     let reserved = quota::reserve(gw, &ctx, QuotaAsk::Upload).await?;
-    let upload_id = gw
-        .store()
-        .create_multipart_upload(&bucket, &input.key, meta, tags, wanted.clone())
-        .await?;
-    drop(reserved);
+    let create =
+        gw.store()
+            .create_multipart_upload(&bucket, &input.key, meta, tags, wanted.clone());
+    let upload_id = quota::covered(reserved, create).await?;
     Ok(S3Response::new(CreateMultipartUploadOutput {
         bucket: Some(input.bucket),
         key: Some(input.key),
@@ -141,12 +140,12 @@ pub async fn upload_part(
         bytes: length,
     };
     let reserved = quota::reserve(gw, &ctx, part).await?;
-    let info = gw
+    let write = gw
         .store()
-        .upload_part(&bucket, &input.key, &input.upload_id, number, opts, stream)
+        .upload_part(&bucket, &input.key, &input.upload_id, number, opts, stream);
+    let info = quota::covered(reserved, write)
         .await
         .map_err(|e| faults.explain(e))?;
-    drop(reserved);
     let sums = part_sums(info.checksum.as_ref());
     Ok(S3Response::new(UploadPartOutput {
         e_tag: Some(ETag::Strong(info.etag)),
@@ -253,18 +252,15 @@ pub async fn complete_multipart_upload(
         objects: 1,
     };
     let reserved = quota::reserve(gw, &ctx, write).await?;
-    let info = gw
-        .store()
-        .complete_multipart_upload(
-            &bucket,
-            &input.key,
-            &input.upload_id,
-            parts,
-            cond,
-            whole.map(|w| w.checksum),
-        )
-        .await?;
-    drop(reserved);
+    let complete = gw.store().complete_multipart_upload(
+        &bucket,
+        &input.key,
+        &input.upload_id,
+        parts,
+        cond,
+        whole.map(|w| w.checksum),
+    );
+    let info = quota::covered(reserved, complete).await?;
     tracing::debug!(bucket = %bucket.name, key = %input.key, size = info.size, "upload completed");
     Ok(completed(input.bucket, input.key, location, &info))
 }

@@ -15,7 +15,7 @@
 use crate::request::checksum::Algo;
 use crate::request::conditional::Conditions;
 use crate::request::context::{Gateway, ReqCtx};
-use crate::request::copy_source::{check_source, source_of, watched};
+use crate::request::copy_source::{blame_copy, check_source, source_of, watched};
 use crate::request::error::{GwError, GwResult};
 use crate::request::meta::timestamp;
 use crate::request::names::check_key;
@@ -25,7 +25,6 @@ use crate::request::upload::MAX_PUT_BYTES;
 use laneway_store::{BodyStream, BucketInfo, GetRange, ObjectInfo, PutOptions, QuotaAsk};
 use s3s::dto::*;
 use s3s::{S3Request, S3Response};
-use std::sync::atomic::Ordering;
 
 /// Attempts to read a consistent slice while the source is being replaced.
 const ATTEMPTS: usize = 3;
@@ -149,18 +148,12 @@ pub async fn upload_part_copy(
         tags: Vec::new(),
         checksum: algo.map(laneway_store::ChecksumSpec::Compute),
     };
-    let part = gw
+    let write = gw
         .store()
-        .upload_part(&dst, &input.key, &input.upload_id, number, opts, stream)
+        .upload_part(&dst, &input.key, &input.upload_id, number, opts, stream);
+    let part = quota::covered(reserved, write)
         .await
-        .map_err(|e| {
-            if source_failed.load(Ordering::Relaxed) {
-                GwError::Internal(format!("reading the copy source failed: {e}"))
-            } else {
-                e.into()
-            }
-        })?;
-    drop(reserved);
+        .map_err(|e| blame_copy(&source_failed, e))?;
     let sums = part_sums(part.checksum.as_ref());
     Ok(S3Response::new(UploadPartCopyOutput {
         copy_part_result: Some(CopyPartResult {

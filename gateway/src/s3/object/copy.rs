@@ -22,7 +22,7 @@
 
 use crate::request::conditional::Conditions;
 use crate::request::context::{Gateway, ReqCtx};
-use crate::request::copy_source::{check_source, source_of, watched};
+use crate::request::copy_source::{blame_copy, check_source, source_of, watched};
 use crate::request::error::{GwError, GwResult};
 use crate::request::meta::{etag, timestamp};
 use crate::request::names::check_key;
@@ -32,7 +32,6 @@ use crate::request::upload::{MAX_PUT_BYTES, write_cond};
 use laneway_store::{ObjectInfo, PutOptions, QuotaAsk, WriteCond};
 use s3s::dto::*;
 use s3s::{S3Request, S3Response};
-use std::sync::atomic::Ordering;
 
 /// Whether a directive header says REPLACE (COPY when absent).
 fn replaces(directive: Option<&str>, header: &str) -> GwResult<bool> {
@@ -176,18 +175,12 @@ pub async fn copy_object(
         objects: 1,
     };
     let reserved = quota::reserve(gw, &ctx, write).await?;
-    let stored = gw
+    let write = gw
         .store()
-        .put_object(&dst, &input.key, meta, opts, stream, dest_cond)
+        .put_object(&dst, &input.key, meta, opts, stream, dest_cond);
+    let stored = quota::covered(reserved, write)
         .await
-        .map_err(|e| {
-            if source_failed.load(Ordering::Relaxed) {
-                GwError::Internal(format!("reading the copy source failed: {e}"))
-            } else {
-                e.into()
-            }
-        })?;
-    drop(reserved);
+        .map_err(|e| blame_copy(&source_failed, e))?;
     Ok(output(&stored))
 }
 

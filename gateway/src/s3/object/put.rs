@@ -125,12 +125,12 @@ pub async fn store_upload(
         objects: 1,
     };
     let reserved = quota::reserve(gw, ctx, write).await?;
-    let info = gw
+    let write = gw
         .store()
-        .put_object(&bucket, &up.key, meta, opts, stream, cond)
+        .put_object(&bucket, &up.key, meta, opts, stream, cond);
+    let info = quota::covered(reserved, write)
         .await
         .map_err(|e| faults.explain(e))?;
-    drop(reserved);
     tracing::debug!(bucket = %bucket.name, key = %up.key, size = info.size, "object stored");
     let mut out = PutObjectOutput {
         e_tag: Some(etag(&info)),
