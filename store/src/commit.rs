@@ -122,6 +122,14 @@ pub enum Op {
     },
     /// A multipart-upload mutation.
     Multipart(crate::multipart::MpOp),
+    /// Forget the rows of repeatable calls ([`crate::repeat`]) among
+    /// `rows` that applied before `cutoff_ms`.
+    ForgetRepeats {
+        /// Row keys.
+        rows: Vec<Vec<u8>>,
+        /// Apply time at or after which a row is kept.
+        cutoff_ms: i64,
+    },
 }
 
 /// What refers to a volume record that compaction moves.
@@ -192,6 +200,8 @@ pub enum Outcome {
     Multipart(crate::multipart::MpOutcome),
     /// What a bulk tag edit did, per key.
     Edited(Vec<crate::tagindex::Edited>),
+    /// How many rows of repeatable calls were forgotten.
+    Forgotten(u64),
 }
 
 /// A queued request.
@@ -200,6 +210,9 @@ pub struct Request {
     pub op: Op,
     /// Volume segments that must be synced before this op's metadata.
     pub segments: Vec<u64>,
+    /// The id of the call that queued it, if that call may be sent again
+    /// ([`crate::repeat`]): applied once whatever its repeats.
+    pub once: Option<crate::repeat::CallId>,
     /// Where the answer goes.
     pub reply: oneshot::Sender<StoreResult<Outcome>>,
 }
@@ -402,7 +415,39 @@ impl<'a> Round<'a> {
             }),
             Op::Relocate { target, from, to } => self.relocate(target, from, to),
             Op::Multipart(op) => crate::multipart::apply(self, op),
+            Op::ForgetRepeats { rows, cutoff_ms } => self.forget_repeats(rows, cutoff_ms),
         }
+    }
+
+    /// Apply `op` of call `once`: a call whose row says it applied
+    /// already is answered from the row and changes nothing; else it is
+    /// applied and, if it succeeded, its row written in the same batch.
+    fn apply_once(&mut self, op: Op, once: Option<crate::repeat::CallId>) -> StoreResult<Outcome> {
+        let Some(row) = once.and_then(|id| crate::repeat::row_key(&id, &op)) else {
+            return self.apply(op);
+        };
+        if let Some(raw) = self.get_raw(&row)? {
+            return crate::repeat::recall(&raw);
+        }
+        let outcome = self.apply(op)?;
+        if let Some(value) = crate::repeat::remember(&outcome, crate::partition::now_ms()) {
+            self.set(row, Some(value));
+        }
+        Ok(outcome)
+    }
+
+    fn forget_repeats(&mut self, rows: Vec<Vec<u8>>, cutoff_ms: i64) -> StoreResult<Outcome> {
+        let mut n = 0;
+        for key in rows {
+            let Some(raw) = self.get_raw(&key)? else {
+                continue;
+            };
+            if crate::repeat::decode(&raw)?.applied_ms < cutoff_ms {
+                self.set(key, None);
+                n += 1;
+            }
+        }
+        Ok(Outcome::Forgotten(n))
     }
 
     fn update(
@@ -661,7 +706,7 @@ fn commit_round(
     let mut named = Vec::new();
     let mut answers = Vec::with_capacity(reqs.len());
     for req in reqs {
-        let result = round.apply(req.op);
+        let result = round.apply_once(req.op, req.once);
         named.extend_from_slice(&req.segments);
         if result.is_ok() {
             segments.extend(req.segments);

@@ -39,6 +39,7 @@ pub mod partition;
 pub mod quota;
 pub mod record;
 pub mod remote;
+pub mod repeat;
 pub mod replication;
 pub mod rpc;
 pub mod space;

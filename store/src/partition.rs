@@ -218,6 +218,7 @@ impl Partition {
                 op,
                 segments,
                 reply,
+                once: crate::repeat::current(),
             })
             .map_err(|_| StoreError::ShuttingDown)?;
         }

@@ -36,6 +36,10 @@ pub const PENDING_TAG: u8 = b'p';
 /// Key-space tag of recently completed uploads (answers a repeated
 /// CompleteMultipartUpload): `'c' | upload id`.
 pub const COMPLETED_TAG: u8 = b'c';
+/// Key-space tag of recently applied calls that may be repeated (answers
+/// a repeat without applying it again): `'r' | call id | bucket | key`
+/// ([`crate::repeat`]).
+pub const REPEAT_TAG: u8 = b'r';
 
 /// Key-space tag of small bodies kept beside their object records:
 /// `'i' | bucket | key` -> `md5 (16 bytes) | body` ([`DataLoc::Beside`]).

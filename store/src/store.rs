@@ -557,7 +557,8 @@ impl Store {
 
     /// Every `every`, in the background: abort multipart uploads older than
     /// `upload_max_age`, forget completed uploads older than that or a day
-    /// (whichever is shorter), then [`Store::compact`] sealed segments (so
+    /// (whichever is shorter) and calls that may be repeated older than
+    /// [`crate::repeat::REPEAT_TTL`], then [`Store::compact`] sealed segments (so
     /// writes in progress are never disturbed). The task ends when the
     /// store shuts down.
     pub fn start_compactor(
@@ -593,6 +594,15 @@ impl Store {
                     Ok(_) => {}
                     Err(StoreError::ShuttingDown) => return,
                     Err(e) => tracing::warn!(error = %e, "forgetting completed uploads failed"),
+                }
+                let ttl = i64::try_from(crate::repeat::REPEAT_TTL.as_millis()).unwrap_or(i64::MAX);
+                match store
+                    .forget_repeats(crate::partition::now_ms().saturating_sub(ttl))
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(StoreError::ShuttingDown) => return,
+                    Err(e) => tracing::warn!(error = %e, "forgetting repeatable calls failed"),
                 }
                 match store.compact(min_garbage, false).await {
                     Ok(r) if r.segments > 0 => tracing::info!(

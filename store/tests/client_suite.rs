@@ -707,6 +707,7 @@ fn held_put(b: &BucketInfo, key: &str, size: usize, id: u64, map_version: u64) -
         sender: 0,
         backlog: 0,
         hold: Some(id),
+        once: None,
     };
     bytes::Bytes::from(encode(&env).expect("encode"))
 }
@@ -929,6 +930,113 @@ async fn a_held_write_with_a_cut_body_gives_back_its_hold_window_and_lanes() {
         c.services[0].quota_holds() == 0
     })
     .await;
+    for s in &c.stores {
+        s.shutdown();
+    }
+}
+
+/// The arguments of a store node's `call` as a gateway sends them, with
+/// call id `once` (the same on every attempt of one call).
+fn with_id(
+    call: laneway_store::node::proto::Call,
+    once: [u8; 16],
+    map_version: u64,
+) -> bytes::Bytes {
+    use laneway_store::node::proto::{Envelope, encode};
+    let env = Envelope {
+        call,
+        caller: None,
+        map_version,
+        sender: 0,
+        backlog: 0,
+        hold: None,
+        once: Some(once),
+    };
+    bytes::Bytes::from(encode(&env).expect("encode"))
+}
+
+fn no_body() -> BodyStream {
+    Box::pin(futures::stream::empty())
+}
+
+fn tag(k: &str, v: &str) -> laneway_store::record::Tag {
+    laneway_store::record::Tag {
+        key: k.into(),
+        value: v.into(),
+    }
+}
+
+/// A call that may be sent again (DeleteObject, PutObjectTags) applies
+/// once per call id: its repeat, after another client's write of the same
+/// key, is answered as the first attempt was and leaves that write alone;
+/// a call with another id applies; and once the sweep forgot the ids
+/// (past their time), the same id applies again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_repeated_with_its_id_applies_once() {
+    use laneway_store::node::proto::Call;
+    use laneway_store::rpc::Handler;
+    let (c, _, _, b) = tenant_cluster("once").await;
+    let version = c.client.map().version();
+    let p = laneway_store::hash::partition_of(b.id, b"k", PARTITIONS);
+    let owner = c
+        .client
+        .map()
+        .owner(p)
+        .expect("an owner")
+        .as_str()
+        .to_string();
+    let node = NODES.iter().position(|n| *n == owner).expect("a node");
+    let send = |call: Call, id: [u8; 16]| {
+        c.services[node].call(call.name().into(), with_id(call, id, version), no_body())
+    };
+    let delete = || Call::DeleteObject {
+        bucket: b.clone(),
+        key: "k".into(),
+    };
+
+    put(&c.client, &b, "k", &data(100, 1)).await;
+    send(delete(), [1; 16]).await.expect("the first attempt");
+    put(&c.client, &b, "k", &data(200, 2)).await;
+    send(delete(), [1; 16])
+        .await
+        .expect("the repeat is answered");
+    let info = c
+        .client
+        .head_object(&b, "k")
+        .await
+        .expect("the newer object stays");
+    assert_eq!(info.size, 200);
+
+    let tags = |v: &str| Call::PutObjectTags {
+        bucket: b.clone(),
+        key: "k".into(),
+        tags: vec![tag("state", v)],
+    };
+    send(tags("old"), [2; 16]).await.expect("tags set");
+    c.client
+        .put_object_tags(&b, "k", vec![tag("state", "new")])
+        .await
+        .expect("another client's tags");
+    send(tags("old"), [2; 16])
+        .await
+        .expect("the repeat is answered");
+    let info = c.client.head_object(&b, "k").await.expect("k");
+    assert_eq!(
+        info.tags,
+        vec![tag("state", "new")],
+        "the repeat put old tags back"
+    );
+
+    // Nothing is forgotten before its time; everything after it.
+    let store = &c.stores[node];
+    assert_eq!(store.forget_repeats(0).await.expect("sweep"), 0);
+    let later = laneway_store::partition::now_ms() + 1;
+    assert_eq!(store.forget_repeats(later).await.expect("sweep"), 2);
+    send(delete(), [1; 16]).await.expect("applies again");
+    assert!(matches!(
+        c.client.head_object(&b, "k").await,
+        Err(StoreError::NoSuchKey)
+    ));
     for s in &c.stores {
         s.shutdown();
     }

@@ -69,6 +69,7 @@ pub fn run(args: PingArgs) -> ExitCode {
         sender: 0,
         backlog: 0,
         hold: None,
+        once: None,
     };
     let args_frame = match laneway_store::node::proto::encode(&envelope) {
         Ok(b) => bytes::Bytes::from(b),

@@ -158,8 +158,9 @@ impl Inner {
             permit = None;
         }
         let body = self.lanes.pace(env.caller.as_ref(), body);
+        let once = env.once.filter(|_| env.call.applies_once());
         let reply = self
-            .run(env.call, body, hold)
+            .run(env.call, body, hold, once)
             .await
             .map_err(|e| self.wire_error(map_version, e))?;
         let window = env
@@ -171,21 +172,23 @@ impl Inner {
             .hold_until_sent(permit, with_window(window, reply)))
     }
 
-    /// Run `call`; one made under quota hold `hold` in a task of its own,
-    /// which gives the hold back once the call is done, however it ends,
-    /// and whether or not this answer is still awaited.
+    /// Run `call` (with its id `once`, if it applies once:
+    /// [`crate::repeat`]); one made under quota hold `hold` in a task of
+    /// its own, which gives the hold back once the call is done, however
+    /// it ends, and whether or not this answer is still awaited.
     async fn run(
         self: &Arc<Self>,
         call: Call,
         body: BodyStream,
         hold: Option<GiveBack>,
+        once: Option<crate::repeat::CallId>,
     ) -> StoreResult<Reply> {
         let Some(hold) = hold else {
-            return self.dispatch(call, body).await;
+            return crate::repeat::scope(once, self.dispatch(call, body)).await;
         };
         let me = Arc::clone(self);
         let write = tokio::spawn(async move {
-            let done = me.dispatch(call, body).await;
+            let done = crate::repeat::scope(once, me.dispatch(call, body)).await;
             drop(hold);
             done
         });

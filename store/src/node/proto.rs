@@ -58,6 +58,10 @@ pub struct Envelope {
     /// the node gives back once the write is done (only on calls that
     /// [`Call::takes_quota`]; `crate::quota::QuotaHold::cover`).
     pub hold: Option<u64>,
+    /// The call's id, the same for all its attempts, on calls that apply
+    /// once however often they are sent ([`Call::applies_once`],
+    /// [`crate::repeat`]) to a replicated group.
+    pub once: Option<crate::repeat::CallId>,
 }
 
 /// Every operation a store node answers (the reply type in brackets).
@@ -591,6 +595,18 @@ impl Call {
         }
     }
 
+    /// Whether a repeat of this call after an attempt of unknown outcome
+    /// is answered from that attempt's row when it committed
+    /// ([`crate::repeat`]): the single-object writes the gateway sends
+    /// again ([`Call::may_repeat`]) whose repeat could undo another
+    /// client's write.
+    pub fn applies_once(&self) -> bool {
+        matches!(
+            self,
+            Call::DeleteObject { .. } | Call::PutObjectTags { .. } | Call::ReplaceObjectMeta { .. }
+        )
+    }
+
     /// The call's index work in base costs of the node's lanes (one; a
     /// LIST fetch one per partition run it reads). Bodies add their bytes.
     pub fn base_costs(&self) -> u64 {
@@ -621,10 +637,11 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> StoreResult<T> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn bucket() -> BucketInfo {
+    /// A bucket for calls made in tests.
+    pub(crate) fn bucket() -> BucketInfo {
         BucketInfo {
             id: BucketId(7),
             tenant: TenantId("t".into()),

@@ -172,7 +172,7 @@ impl RemoteStore {
         let deadline = tokio::time::Instant::now() + within;
         let map = self.map();
         let name = call.name();
-        let (sealed, _) = self.envelope(call, &map, node)?;
+        let (sealed, _) = self.envelope(call, &map, node, None)?;
         self.exchange(node, name, sealed, None, deadline)
             .await
             .map(|(reply, _)| reply)

@@ -165,6 +165,17 @@ pub(super) fn target_of(map: &PartitionMap, call: &Call) -> Option<Target> {
     }
 }
 
+/// The id `call` carries through all its attempts, if it applies once
+/// ([`crate::repeat`]): only at a group of several replicas, where an
+/// attempt of unknown outcome is sent again.
+fn once_id(call: &Call, replicas: usize) -> Option<crate::repeat::CallId> {
+    if call.applies_once() && replicas > 1 {
+        crate::repeat::new_id()
+    } else {
+        None
+    }
+}
+
 /// When an attempt at a group of `replicas` must have its answer: by the
 /// call's deadline, and for several replicas within half the call's
 /// whole time, so another replica can still be tried.
@@ -241,6 +252,7 @@ impl RemoteStore {
         let name = call.name();
         let repeatable = call.may_repeat();
         let mut map = self.map();
+        let once = once_id(&call, target.replicas(&map).len());
         let mut rounds = Rounds::new(deadline);
         let (mut refreshed, mut repeated) = (false, false);
         loop {
@@ -249,7 +261,7 @@ impl RemoteStore {
                 .leader(&map, target, name)
                 .map_err(|e| Failed::new(e, repeated))?;
             let (sealed, back) = self
-                .envelope(call, &map, &node)
+                .envelope(call, &map, &node, once)
                 .map_err(|e| Failed::new(e, repeated))?;
             call = back;
             let until = attempt_until(replicas, deadline, self.inner.opts.deadline);
@@ -304,7 +316,7 @@ impl RemoteStore {
         let name = call.name();
         let map = self.map();
         let node = self.leader(&map, target, name)?;
-        let (sealed, _) = self.envelope(call, &map, &node)?;
+        let (sealed, _) = self.envelope(call, &map, &node, None)?;
         match self
             .exchange(&node, name, sealed, Some(data), deadline)
             .await
@@ -381,7 +393,7 @@ impl RemoteStore {
             .map(|p| map.replicas(*p).len())
             .max()
             .unwrap_or(1);
-        let (sealed, _) = self.envelope(call, map, &node)?;
+        let (sealed, _) = self.envelope(call, map, &node, None)?;
         let until = attempt_until(replicas, deadline, self.inner.opts.deadline);
         let failure = match self.exchange(&node, name, sealed, None, until).await {
             Ok((reply, _)) => return Ok(vec![(group, reply)]),
@@ -456,12 +468,14 @@ impl RemoteStore {
 
     /// The call's envelope for `node` with what goes with it (the
     /// caller's window there, the write's quota hold), and the call back
-    /// (for another attempt).
+    /// (for another attempt). `once`: the call's id, the same for all
+    /// its attempts, on a call that applies once ([`crate::repeat`]).
     pub(super) fn envelope(
         &self,
         call: Call,
         map: &PartitionMap,
         node: &NodeId,
+        once: Option<crate::repeat::CallId>,
     ) -> StoreResult<(Sealed, Call)> {
         let caller = crate::caller::Caller::current();
         let window = caller
@@ -475,6 +489,7 @@ impl RemoteStore {
             sender: self.inner.id,
             backlog: window.as_ref().map_or(0, |w| w.backlog() + 1),
             hold: hold.as_ref().and_then(|h| h.id()),
+            once,
         };
         let args = Bytes::from(encode(&env)?);
         Ok((Sealed { args, window, hold }, env.call))
@@ -522,5 +537,35 @@ impl RemoteStore {
             w.set_limit(given);
         }
         Ok((decode(reply).map_err(Sent::Store)?, rest))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::node::proto::tests::bucket;
+
+    #[test]
+    fn single_object_writes_to_a_replicated_group_carry_a_fresh_call_id() {
+        let delete = Call::DeleteObject {
+            bucket: bucket(),
+            key: "k".into(),
+        };
+        let tags = Call::PutObjectTags {
+            bucket: bucket(),
+            key: "k".into(),
+            tags: Vec::new(),
+        };
+        let a = once_id(&delete, 3).expect("a delete to three replicas");
+        assert_ne!(Some(a), once_id(&delete, 3), "each call its own id");
+        assert!(once_id(&tags, 3).is_some());
+        assert!(delete.may_repeat() && tags.may_repeat());
+        // One replica: no attempt is repeated, so no row is written.
+        assert_eq!(once_id(&delete, 1), None);
+        let head = Call::HeadObject {
+            bucket: bucket(),
+            key: "k".into(),
+        };
+        assert_eq!(once_id(&head, 3), None, "a read applies nothing");
     }
 }

@@ -1,0 +1,203 @@
+//! Calls that apply once, however often they are sent.
+//!
+//! A gateway sends a DeleteObject, PutObjectTagging or in-place metadata
+//! replacement again when an attempt's outcome is unknown (no answer
+//! before the attempt's deadline, typically a leader that stopped or
+//! died: `crate::remote::route`). If that attempt committed after all,
+//! and another client's write of the same key fell between the two, a
+//! plain repeat would undo that write. So such a call carries an id that
+//! stays the same across its attempts ([`CallId`], in the RPC envelope),
+//! and the partition's commit round that applies it writes, in the same
+//! batch as its effect, a row `'r' | id | bucket | key` holding what it
+//! answered ([`Row`]). A repeat whose row is there is answered from the
+//! row and changes nothing.
+//!
+//! The row travels through the partition's group like any other index
+//! row, so a new leader holds the rows of every call that committed, and
+//! a repeat reaches it only after its commit thread has applied all it
+//! had in its log (`crate::replication::Group::settle`): an attempt that
+//! committed under the old leader is seen. Rows are forgotten after
+//! [`REPEAT_TTL`] by the compactor's sweep ([`crate::Store::forget_repeats`]),
+//! far past any call's deadline, which bounds them by the rate of such
+//! calls. Only calls to replicated partitions carry an id: with one
+//! replica no attempt is repeated.
+
+use crate::commit::{Op, Outcome};
+use crate::error::{StoreError, StoreResult};
+use crate::ids::BucketId;
+use crate::record::{REPEAT_TAG, StoredObject};
+use serde::{Deserialize, Serialize};
+use std::future::Future;
+
+/// The id of one call, the same for all its attempts.
+pub type CallId = [u8; 16];
+
+/// How long a call's row is kept after it applied.
+pub const REPEAT_TTL: std::time::Duration = std::time::Duration::from_secs(120);
+
+tokio::task_local! {
+    static CALL_ID: Option<CallId>;
+}
+
+/// A fresh call id (random); `None` if the system's generator fails (the
+/// call then goes without one, as to an unreplicated group: a shared
+/// fallback id would make different calls look like repeats).
+pub fn new_id() -> Option<CallId> {
+    use ring::rand::SecureRandom;
+    let mut id = [0u8; 16];
+    ring::rand::SystemRandom::new().fill(&mut id).ok()?;
+    Some(id)
+}
+
+/// Run `fut` (a store node's handling of one call) with the call's id,
+/// which the partition's `submit` attaches to the ops it queues.
+pub fn scope<F: Future>(id: Option<CallId>, fut: F) -> impl Future<Output = F::Output> {
+    CALL_ID.scope(id, fut)
+}
+
+/// The id of the call being handled, if it carries one.
+pub fn current() -> Option<CallId> {
+    CALL_ID.try_with(|id| *id).ok().flatten()
+}
+
+/// What a call that applied answered, kept for its repeats.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Row {
+    /// When it applied (the leader's clock), ms.
+    pub applied_ms: i64,
+    /// Its answer.
+    answer: Answer,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+enum Answer {
+    /// A delete: whether the object existed.
+    Deleted(bool),
+    /// An update in place: the record it left (encoded).
+    Updated(#[serde(with = "serde_bytes")] Vec<u8>),
+}
+
+/// The row key of op `op` of call `id`, for the ops that apply once
+/// (`None` for the others).
+pub fn row_key(id: &CallId, op: &Op) -> Option<Vec<u8>> {
+    let (bucket, key) = match op {
+        Op::Delete { bucket, key }
+        | Op::SetTags { bucket, key, .. }
+        | Op::ReplaceMeta { bucket, key, .. } => (*bucket, key),
+        _ => return None,
+    };
+    Some(key_of(id, bucket, key))
+}
+
+fn key_of(id: &CallId, bucket: BucketId, key: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(1 + 16 + 8 + key.len());
+    k.push(REPEAT_TAG);
+    k.extend_from_slice(id);
+    k.extend_from_slice(&bucket.0.to_be_bytes());
+    k.extend_from_slice(key.as_bytes());
+    k
+}
+
+/// The row that remembers `outcome`, applied at `now_ms`.
+pub fn remember(outcome: &Outcome, now_ms: i64) -> Option<Vec<u8>> {
+    let answer = match outcome {
+        Outcome::Deleted(existed) => Answer::Deleted(*existed),
+        Outcome::Updated(rec) => Answer::Updated(rec.encode()),
+        _ => return None,
+    };
+    let row = Row {
+        applied_ms: now_ms,
+        answer,
+    };
+    Some(bincode::serialize(&row).unwrap_or_default())
+}
+
+/// A row as stored.
+pub fn decode(raw: &[u8]) -> StoreResult<Row> {
+    bincode::deserialize(raw).map_err(|e| StoreError::Corrupt(format!("repeat row: {e}")))
+}
+
+/// The first attempt's answer, from its row.
+pub fn recall(raw: &[u8]) -> StoreResult<Outcome> {
+    match decode(raw)?.answer {
+        Answer::Deleted(existed) => Ok(Outcome::Deleted(existed)),
+        Answer::Updated(rec) => Ok(Outcome::Updated(StoredObject::decode(&rec)?)),
+    }
+}
+
+/// Rows read per step of the sweep.
+const SWEEP_CHUNK: usize = 1000;
+
+impl crate::store::Store {
+    /// Forget the rows of repeatable calls that applied before
+    /// `cutoff_ms`, in every partition this replica leads (or hosts
+    /// alone); how many.
+    pub async fn forget_repeats(&self, cutoff_ms: i64) -> StoreResult<u64> {
+        let mut n = 0;
+        for p in self.partitions() {
+            if !p.writes_here().await {
+                continue;
+            }
+            let mut from = vec![REPEAT_TAG];
+            let end = vec![REPEAT_TAG + 1];
+            loop {
+                let rows = p.index().scan(&from, &end, SWEEP_CHUNK)?;
+                let full = rows.len() == SWEEP_CHUNK;
+                if let Some((k, _)) = rows.last() {
+                    from = k.clone();
+                    from.push(0);
+                }
+                let mut old = Vec::new();
+                for (k, v) in rows {
+                    if decode(&v)?.applied_ms < cutoff_ms {
+                        old.push(k);
+                    }
+                }
+                if !old.is_empty() {
+                    let op = Op::ForgetRepeats {
+                        rows: old,
+                        cutoff_ms,
+                    };
+                    if let Outcome::Forgotten(k) = p.submit(op, Vec::new()).await? {
+                        n += k;
+                    }
+                }
+                if !full {
+                    break;
+                }
+            }
+        }
+        Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_row_gives_back_the_answer_it_remembers() {
+        let raw = remember(&Outcome::Deleted(true), 42).expect("a delete is remembered");
+        assert_eq!(decode(&raw).expect("row").applied_ms, 42);
+        assert!(matches!(recall(&raw), Ok(Outcome::Deleted(true))));
+        assert!(remember(&Outcome::Relocated(true), 1).is_none());
+    }
+
+    #[test]
+    fn row_keys_differ_by_call_and_by_key_and_only_some_ops_have_one() {
+        let del = |key: &str| Op::Delete {
+            bucket: BucketId(7),
+            key: key.into(),
+        };
+        let a = row_key(&[1; 16], &del("k")).expect("a delete applies once");
+        assert_ne!(Some(a.clone()), row_key(&[2; 16], &del("k")));
+        assert_ne!(Some(a.clone()), row_key(&[1; 16], &del("k2")));
+        assert_eq!(a[0], REPEAT_TAG);
+        let edit = Op::EditTags {
+            bucket: BucketId(7),
+            keys: vec!["k".into()],
+            edit: std::sync::Arc::new(crate::tagindex::TagEdit::default()),
+        };
+        assert!(row_key(&[1; 16], &edit).is_none());
+    }
+}
