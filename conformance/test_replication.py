@@ -26,6 +26,10 @@ iptables; needs root, else skipped with the reason) past an election
 timeout, then healed; a node whose data directory is lost (stopped,
 `store-N/` deleted, restarted empty).
 
+Besides the workload: a bulk tagging job run while one node is stopped
+finishes and tags exactly its objects (its calls to the stopped leaders
+are sent again, partition by partition, with their call ids).
+
 Outcomes: a 2xx (and a GET's 404 NoSuchKey: absent) completes an op; a
 5xx, a timeout or a connection error leaves it unknown (it may have taken
 effect); any other 4xx is a definite failure. Clients make three
@@ -718,3 +722,67 @@ def test_cluster_status_names_every_groups_leader_and_replicas(cluster):
             for g in cluster_status(cluster)["groups"]
         )
     poll(metrics_agree, READ_DEADLINE_S, interval=1.0, what="/metrics names each group's leader")
+
+
+def test_a_tagging_job_while_a_store_node_is_stopped(cluster):
+    """A bulk tagging job on the RF 3 cluster: its edits go to the leaders
+    of every partition, one call per leader, each with a call id, and a
+    call whose leader stopped (SIGSTOP, so the call hangs) is sent again
+    a partition at a time, with the same id, to the new leaders. With
+    store-2 stopped through the whole job, the job still finishes, with
+    no errors, and leaves exactly the matching objects tagged, as both
+    gateways read them; a second job with every node up counts every
+    object as matched and none as changed (an edit applies once)."""
+    from s3util import tag_filter, tags_dict
+    from test_tagging_jobs import call as job_call
+
+    poll(lambda: fully_replicated(cluster), READ_DEADLINE_S, interval=1.0, what="every group healthy")
+    s3 = client(cluster, 0)
+    bucket = unique_bucket_name("jobs")
+    s3.create_bucket(Bucket=bucket)
+    n = 60
+    for i in range(n):
+        split = "train" if i % 3 == 0 else "val"
+        s3.put_object(Bucket=bucket, Key=f"d/{i:03d}", Body=b"x", Tagging=f"split={split}")
+    train = [f"d/{i:03d}" for i in range(0, n, 3)]
+    spec = {"prefix": "d/", "filter": {"split": "train"}, "set": {"stage": "ready"}}
+    endpoint = cluster.endpoint(0)
+    pid = node_pid(cluster, "store-2")
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        state = run_job(endpoint, bucket, spec)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert (state["state"], state["scanned"], state["errors"]) == ("done", len(train), 0), state
+    other = client(cluster, 1)
+    for i in range(n):
+        key = f"d/{i:03d}"
+        tags = tags_dict(other.get_object_tagging(Bucket=bucket, Key=key)["TagSet"])
+        want = {"split": "train", "stage": "ready"} if key in train else {"split": "val"}
+        assert tags == want, (key, tags)
+    with tag_filter(other, {"stage": "ready"}):
+        listed = [o["Key"] for o in other.list_objects_v2(Bucket=bucket)["Contents"]]
+    assert listed == train
+    state = run_job(endpoint, bucket, spec)
+    assert (state["state"], state["scanned"], state["changed"], state["errors"]) == ("done", len(train), 0, 0), state
+
+
+def run_job(endpoint: str, bucket: str, spec: dict) -> dict:
+    """Start a tagging job and wait for its end; its last state. A 503
+    (the catalog's group electing a leader) is asked again."""
+    from test_tagging_jobs import call as job_call
+
+    deadline = time.monotonic() + 180
+    job = None
+    while time.monotonic() < deadline:
+        if job is None:
+            status, created = job_call(endpoint, "POST", bucket, spec)
+            if status == 202:
+                job = created["id"]
+        else:
+            status, state = job_call(endpoint, "GET", bucket, job=job)
+            if status == 200 and state["state"] != "running":
+                return state
+        assert status in (200, 202, 503), (status, job)
+        time.sleep(0.2)
+    raise AssertionError(f"tagging job {job} not done within 180 s")

@@ -1,16 +1,22 @@
 //! Calls that apply once, however often they are sent.
 //!
-//! A gateway sends a DeleteObject, PutObjectTagging or in-place metadata
-//! replacement again when an attempt's outcome is unknown (no answer
-//! before the attempt's deadline, typically a leader that stopped or
-//! died: `crate::remote::route`). If that attempt committed after all,
-//! and another client's write of the same key fell between the two, a
-//! plain repeat would undo that write. So such a call carries an id that
-//! stays the same across its attempts ([`CallId`], in the RPC envelope),
-//! and the partition's commit round that applies it writes, in the same
-//! batch as its effect, a row `'r' | id | bucket | key` holding what it
-//! answered ([`Row`]). A repeat whose row is there is answered from the
-//! row and changes nothing.
+//! A gateway sends a DeleteObject, PutObjectTagging, in-place metadata
+//! replacement or bulk tag edit again when an attempt's outcome is
+//! unknown (no answer before the attempt's deadline, typically a leader
+//! that stopped or died: `crate::remote::route`). If that attempt
+//! committed after all, and another client's write of the same key fell
+//! between the two, a plain repeat would undo that write. So such a call
+//! carries an id that stays the same across its attempts ([`CallId`], in
+//! the RPC envelope), and the partition's commit round that applies it
+//! writes, in the same batch as its effect, a row `'r' | id | bucket |
+//! key` holding what it answered ([`Row`]). A repeat whose row is there
+//! is answered from the row and changes nothing.
+//!
+//! A bulk tag edit is one op per partition (the keys of the call that
+//! fall there, in the call's order), so its row is keyed by that op's
+//! first key: a repeat sent to the partition alone, after a call that
+//! covered several partitions failed, carries the same keys in the same
+//! order and finds it.
 //!
 //! The row travels through the partition's group like any other index
 //! row, so a new leader holds the rows of every call that committed, and
@@ -75,6 +81,8 @@ enum Answer {
     Deleted(bool),
     /// An update in place: the record it left (encoded).
     Updated(#[serde(with = "serde_bytes")] Vec<u8>),
+    /// A bulk tag edit: what it did to each of its keys.
+    Edited(Vec<crate::tagindex::Edited>),
 }
 
 /// The row key of op `op` of call `id`, for the ops that apply once
@@ -84,6 +92,7 @@ pub fn row_key(id: &CallId, op: &Op) -> Option<Vec<u8>> {
         Op::Delete { bucket, key }
         | Op::SetTags { bucket, key, .. }
         | Op::ReplaceMeta { bucket, key, .. } => (*bucket, key),
+        Op::EditTags { bucket, keys, .. } => (*bucket, keys.first()?),
         _ => return None,
     };
     Some(key_of(id, bucket, key))
@@ -103,6 +112,7 @@ pub fn remember(outcome: &Outcome, now_ms: i64) -> Option<Vec<u8>> {
     let answer = match outcome {
         Outcome::Deleted(existed) => Answer::Deleted(*existed),
         Outcome::Updated(rec) => Answer::Updated(rec.encode()),
+        Outcome::Edited(edited) => Answer::Edited(edited.clone()),
         _ => return None,
     };
     let row = Row {
@@ -122,52 +132,35 @@ pub fn recall(raw: &[u8]) -> StoreResult<Outcome> {
     match decode(raw)?.answer {
         Answer::Deleted(existed) => Ok(Outcome::Deleted(existed)),
         Answer::Updated(rec) => Ok(Outcome::Updated(StoredObject::decode(&rec)?)),
+        Answer::Edited(edited) => Ok(Outcome::Edited(edited)),
     }
 }
-
-/// Rows read per step of the sweep.
-const SWEEP_CHUNK: usize = 1000;
 
 impl crate::store::Store {
     /// Forget the rows of repeatable calls that applied before
     /// `cutoff_ms`, in every partition this replica leads (or hosts
     /// alone); how many.
     pub async fn forget_repeats(&self, cutoff_ms: i64) -> StoreResult<u64> {
-        let mut n = 0;
-        for p in self.partitions() {
-            if !p.writes_here().await {
-                continue;
-            }
-            let mut from = vec![REPEAT_TAG];
-            let end = vec![REPEAT_TAG + 1];
-            loop {
-                let rows = p.index().scan(&from, &end, SWEEP_CHUNK)?;
-                let full = rows.len() == SWEEP_CHUNK;
-                if let Some((k, _)) = rows.last() {
-                    from = k.clone();
-                    from.push(0);
-                }
-                let mut old = Vec::new();
-                for (k, v) in rows {
-                    if decode(&v)?.applied_ms < cutoff_ms {
-                        old.push(k);
-                    }
-                }
-                if !old.is_empty() {
-                    let op = Op::ForgetRepeats {
-                        rows: old,
-                        cutoff_ms,
-                    };
-                    if let Outcome::Forgotten(k) = p.submit(op, Vec::new()).await? {
-                        n += k;
-                    }
-                }
-                if !full {
-                    break;
+        self.sweep(REPEAT_TAG, |p, rows| async move {
+            let mut old = Vec::new();
+            for (k, v) in rows {
+                if decode(&v)?.applied_ms < cutoff_ms {
+                    old.push(k);
                 }
             }
-        }
-        Ok(n)
+            if old.is_empty() {
+                return Ok(0);
+            }
+            let op = Op::ForgetRepeats {
+                rows: old,
+                cutoff_ms,
+            };
+            match p.submit(op, Vec::new()).await? {
+                Outcome::Forgotten(k) => Ok(k),
+                _ => Ok(0),
+            }
+        })
+        .await
     }
 }
 
@@ -184,7 +177,7 @@ mod tests {
     }
 
     #[test]
-    fn row_keys_differ_by_call_and_by_key_and_only_some_ops_have_one() {
+    fn row_keys_differ_by_call_and_by_key_and_only_writes_of_keys_have_one() {
         let del = |key: &str| Op::Delete {
             bucket: BucketId(7),
             key: key.into(),
@@ -198,6 +191,22 @@ mod tests {
             keys: vec!["k".into()],
             edit: std::sync::Arc::new(crate::tagindex::TagEdit::default()),
         };
-        assert!(row_key(&[1; 16], &edit).is_none());
+        let bulk = row_key(&[1; 16], &edit).expect("a bulk edit by its first key");
+        assert_eq!(bulk, a, "the row of the op whose first key is k");
+        let none = Op::EditTags {
+            bucket: BucketId(7),
+            keys: Vec::new(),
+            edit: std::sync::Arc::new(crate::tagindex::TagEdit::default()),
+        };
+        assert!(
+            row_key(&[1; 16], &none).is_none(),
+            "no key, nothing to apply"
+        );
+        let put_back = Outcome::Edited(vec![crate::tagindex::Edited::Changed]);
+        let raw = remember(&put_back, 1).expect("an edit is remembered");
+        assert!(matches!(
+            recall(&raw),
+            Ok(Outcome::Edited(e)) if e == vec![crate::tagindex::Edited::Changed]
+        ));
     }
 }

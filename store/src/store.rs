@@ -16,6 +16,9 @@ use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
 
+/// Rows read per index scan of a background sweep ([`Store::sweep`]).
+const SWEEP_CHUNK: usize = 1000;
+
 /// A stream of body bytes, in or out.
 pub type BodyStream = Pin<Box<dyn Stream<Item = Result<Bytes, std::io::Error>> + Send>>;
 
@@ -240,6 +243,41 @@ impl Store {
     /// The hosted partitions (LIST merge, compaction, shutdown).
     pub fn partitions(&self) -> &[Arc<Partition>] {
         &self.partitions
+    }
+
+    /// A background sweep of the rows under key-space tag `tag`, in every
+    /// partition this replica writes (a replica that does not lead a
+    /// partition leaves it to the one that does): `act` gets the rows in
+    /// chunks of [`SWEEP_CHUNK`], each before the next is read, and says
+    /// how many it dealt with; the sum.
+    pub(crate) async fn sweep<F>(
+        &self,
+        tag: u8,
+        act: impl Fn(Arc<Partition>, Vec<(Vec<u8>, Vec<u8>)>) -> F,
+    ) -> StoreResult<u64>
+    where
+        F: std::future::Future<Output = StoreResult<u64>>,
+    {
+        let mut n = 0;
+        for p in self.partitions() {
+            if !p.writes_here().await {
+                continue;
+            }
+            let (mut from, end) = (vec![tag], vec![tag + 1]);
+            loop {
+                let rows = p.index().scan(&from, &end, SWEEP_CHUNK)?;
+                let full = rows.len() == SWEEP_CHUNK;
+                if let Some((k, _)) = rows.last() {
+                    from = k.clone();
+                    from.push(0);
+                }
+                n += act(Arc::clone(p), rows).await?;
+                if !full {
+                    break;
+                }
+            }
+        }
+        Ok(n)
     }
 
     /// Partitions `ids`, each hosted here ([`StoreError::NotHosted`] for

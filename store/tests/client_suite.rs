@@ -966,9 +966,10 @@ fn tag(k: &str, v: &str) -> laneway_store::record::Tag {
     }
 }
 
-/// A call that may be sent again (DeleteObject, PutObjectTags) applies
-/// once per call id: its repeat, after another client's write of the same
-/// key, is answered as the first attempt was and leaves that write alone;
+/// A call that may be sent again (DeleteObject, PutObjectTags, EditTags)
+/// applies once per call id: its repeat, after another client's write of
+/// the same key, is answered as the first attempt was and leaves that
+/// write alone;
 /// a call with another id applies; and once the sweep forgot the ids
 /// (past their time), the same id applies again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1027,11 +1028,59 @@ async fn a_call_repeated_with_its_id_applies_once() {
         "the repeat put old tags back"
     );
 
+    // A bulk tag edit over two partitions of this node: its repeats, sent
+    // a partition at a time as the gateway does when the whole call
+    // failed on the way, answer the first attempt's counts and leave the
+    // other client's tags.
+    let other = (0..)
+        .map(|i| format!("j{i}"))
+        .find(|k| {
+            let q = laneway_store::hash::partition_of(b.id, k.as_bytes(), PARTITIONS);
+            q != p && c.client.map().owner(q).is_some_and(|o| o.as_str() == owner)
+        })
+        .expect("another partition of the node");
+    put(&c.client, &b, &other, &data(10, 3)).await;
+    let edit = |keys: &[&str]| Call::EditTags {
+        bucket: b.clone(),
+        keys: keys.iter().map(|k| k.to_string()).collect(),
+        edit: laneway_store::tagindex::TagEdit {
+            set: vec![tag("stage", "bulk")],
+            ..Default::default()
+        },
+    };
+    let counts = |payload: bytes::Bytes| -> laneway_store::tagindex::EditCounts {
+        let reply = payload.get(4..).expect("the window, then the reply");
+        laneway_store::node::proto::decode(reply).expect("counts")
+    };
+    let both = ["k", other.as_str()];
+    let first = counts(send(edit(&both), [3; 16]).await.expect("the edit").payload);
+    assert_eq!((first.matched, first.changed), (2, 2));
+    for k in both {
+        c.client
+            .put_object_tags(&b, k, vec![tag("stage", "later")])
+            .await
+            .expect("another client's tags");
+    }
+    let mut again = laneway_store::tagindex::EditCounts::default();
+    for k in both {
+        let reply = send(edit(&[k]), [3; 16]).await.expect("a repeat");
+        again = again.plus(counts(reply.payload));
+    }
+    assert_eq!(again, first, "the repeats answer as the first did");
+    for k in both {
+        let info = c.client.head_object(&b, k).await.expect("k");
+        assert_eq!(
+            info.tags,
+            vec![tag("stage", "later")],
+            "a repeated bulk edit put its tags back on {k}"
+        );
+    }
+
     // Nothing is forgotten before its time; everything after it.
     let store = &c.stores[node];
     assert_eq!(store.forget_repeats(0).await.expect("sweep"), 0);
     let later = laneway_store::partition::now_ms() + 1;
-    assert_eq!(store.forget_repeats(later).await.expect("sweep"), 2);
+    assert_eq!(store.forget_repeats(later).await.expect("sweep"), 4);
     send(delete(), [1; 16]).await.expect("applies again");
     assert!(matches!(
         c.client.head_object(&b, "k").await,

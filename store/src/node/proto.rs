@@ -597,13 +597,16 @@ impl Call {
 
     /// Whether a repeat of this call after an attempt of unknown outcome
     /// is answered from that attempt's row when it committed
-    /// ([`crate::repeat`]): the single-object writes the gateway sends
-    /// again ([`Call::may_repeat`]) whose repeat could undo another
-    /// client's write.
+    /// ([`crate::repeat`]): the object writes the gateway sends again
+    /// ([`Call::may_repeat`]) whose repeat could undo another client's
+    /// write.
     pub fn applies_once(&self) -> bool {
         matches!(
             self,
-            Call::DeleteObject { .. } | Call::PutObjectTags { .. } | Call::ReplaceObjectMeta { .. }
+            Call::DeleteObject { .. }
+                | Call::PutObjectTags { .. }
+                | Call::ReplaceObjectMeta { .. }
+                | Call::EditTags { .. }
         )
     }
 

@@ -246,13 +246,26 @@ impl RemoteStore {
     pub(super) async fn send_routed<T: DeserializeOwned>(
         &self,
         target: Target,
+        call: Call,
+        deadline: Instant,
+    ) -> Result<(T, BodyStream), Failed> {
+        let once = once_id(&call, target.replicas(&self.map()).len());
+        self.send_routed_once(target, call, deadline, once).await
+    }
+
+    /// [`RemoteStore::send_routed`] with the call's id `once`, which all
+    /// its attempts carry (a part of a call that covered several
+    /// partitions keeps the whole call's id).
+    async fn send_routed_once<T: DeserializeOwned>(
+        &self,
+        target: Target,
         mut call: Call,
         deadline: Instant,
+        once: Option<crate::repeat::CallId>,
     ) -> Result<(T, BodyStream), Failed> {
         let name = call.name();
         let repeatable = call.may_repeat();
         let mut map = self.map();
-        let once = once_id(&call, target.replicas(&map).len());
         let mut rounds = Rounds::new(deadline);
         let (mut refreshed, mut repeated) = (false, false);
         loop {
@@ -338,7 +351,9 @@ impl RemoteStore {
     /// call per replica, all in parallel. A group whose call fails on the
     /// way (not led, moved, unreachable; or lost, for a call that may be
     /// repeated) is sent again one partition at a time, each following its
-    /// own leader ([`RemoteStore::send_routed`]), within the same deadline.
+    /// own leader ([`RemoteStore::send_routed`]), within the same deadline
+    /// and with the same call id (a call that applies once: each
+    /// partition's part of it is answered from its row if it committed).
     /// Each reply with the items it covers.
     pub(super) async fn fan_out<I, T>(
         &self,
@@ -393,7 +408,8 @@ impl RemoteStore {
             .map(|p| map.replicas(*p).len())
             .max()
             .unwrap_or(1);
-        let (sealed, _) = self.envelope(call, map, &node, None)?;
+        let once = once_id(&call, replicas);
+        let (sealed, _) = self.envelope(call, map, &node, once)?;
         let until = attempt_until(replicas, deadline, self.inner.opts.deadline);
         let failure = match self.exchange(&node, name, sealed, None, until).await {
             Ok((reply, _)) => return Ok(vec![(group, reply)]),
@@ -424,7 +440,7 @@ impl RemoteStore {
             let items: Vec<I> = group.iter().filter(|i| part_of(i) == p).cloned().collect();
             let call = make(items.clone());
             async move {
-                let sent = self.send_routed(Target::Partition(p), call, deadline);
+                let sent = self.send_routed_once(Target::Partition(p), call, deadline, once);
                 sent.await
                     .map(|(reply, _)| (items, reply))
                     .map_err(|f| f.error)
@@ -559,6 +575,12 @@ mod tests {
         let a = once_id(&delete, 3).expect("a delete to three replicas");
         assert_ne!(Some(a), once_id(&delete, 3), "each call its own id");
         assert!(once_id(&tags, 3).is_some());
+        let bulk = Call::EditTags {
+            bucket: bucket(),
+            keys: vec!["k".into()],
+            edit: crate::tagindex::TagEdit::default(),
+        };
+        assert!(once_id(&bulk, 3).is_some() && bulk.may_repeat());
         assert!(delete.may_repeat() && tags.may_repeat());
         // One replica: no attempt is repeated, so no row is written.
         assert_eq!(once_id(&delete, 1), None);

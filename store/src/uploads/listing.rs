@@ -27,9 +27,6 @@ use crate::store::{BucketInfo, Store};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-/// Rows read per index scan of the sweep.
-const SWEEP_CHUNK: usize = 1000;
-
 /// One entry of a ListMultipartUploads page.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum UploadEntry {
@@ -217,70 +214,36 @@ impl Store {
     /// Abort every upload created before `cutoff_ms`; how many. Their
     /// parts stop counting in the bucket's usage in the same batch.
     pub async fn abort_stale_uploads(&self, cutoff_ms: i64) -> StoreResult<u64> {
-        let mut n = 0;
-        for p in self.partitions() {
-            // A replica that does not lead the partition leaves it to the
-            // one that does.
-            if !p.writes_here().await {
-                continue;
-            }
-            let mut from = vec![UPLOAD_TAG];
-            let end = vec![UPLOAD_TAG + 1];
-            loop {
-                let rows = p.index().scan(&from, &end, SWEEP_CHUNK)?;
-                let full = rows.len() == SWEEP_CHUNK;
-                if let Some((k, _)) = rows.last() {
-                    from = k.clone();
-                    from.push(0);
-                }
-                n += abort_older(p, &rows, cutoff_ms).await?;
-                if !full {
-                    break;
-                }
-            }
-        }
-        Ok(n)
+        self.sweep(UPLOAD_TAG, |p, rows| async move {
+            abort_older(&p, &rows, cutoff_ms).await
+        })
+        .await
     }
 
     /// Forget the records of uploads completed before `cutoff_ms` (they
     /// answer repeated completions); how many.
     pub async fn forget_completed(&self, cutoff_ms: i64) -> StoreResult<u64> {
-        let mut n = 0;
-        for p in self.partitions() {
-            if !p.writes_here().await {
-                continue;
-            }
-            let mut from = vec![COMPLETED_TAG];
-            let end = vec![COMPLETED_TAG + 1];
-            loop {
-                let rows = p.index().scan(&from, &end, SWEEP_CHUNK)?;
-                let full = rows.len() == SWEEP_CHUNK;
-                if let Some((k, _)) = rows.last() {
-                    from = k.clone();
-                    from.push(0);
-                }
-                let mut old = Vec::new();
-                for (k, v) in &rows {
-                    let rec: Completed = multipart::decode(v)?;
-                    if let Some(id) = upload_of_key(k).filter(|_| rec.completed_ms < cutoff_ms) {
-                        debug_assert_eq!(completed_key(&id), *k);
-                        old.push(id);
-                    }
-                }
-                if !old.is_empty() {
-                    n += u64::try_from(old.len()).unwrap_or(u64::MAX);
-                    let op = MpOp::ForgetCompleted {
-                        uploads: old,
-                        cutoff_ms,
-                    };
-                    p.submit(multipart::op(op), Vec::new()).await?;
-                }
-                if !full {
-                    break;
+        self.sweep(COMPLETED_TAG, |p, rows| async move {
+            let mut old = Vec::new();
+            for (k, v) in &rows {
+                let rec: Completed = multipart::decode(v)?;
+                if let Some(id) = upload_of_key(k).filter(|_| rec.completed_ms < cutoff_ms) {
+                    debug_assert_eq!(completed_key(&id), *k);
+                    old.push(id);
                 }
             }
-        }
-        Ok(n)
+            if old.is_empty() {
+                return Ok(0);
+            }
+            let n = u64::try_from(old.len()).unwrap_or(u64::MAX);
+            let op = MpOp::ForgetCompleted {
+                uploads: old,
+                cutoff_ms,
+            };
+            p.submit(multipart::op(op), Vec::new()).await?;
+            Ok(n)
+        })
+        .await
     }
 }
 
