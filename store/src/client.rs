@@ -93,11 +93,15 @@ pub trait StoreClient: Send + Sync {
         tags: Vec<Tag>,
     ) -> Fut<'a, ()>;
     /// Apply a bulk tag edit to `keys` (each where its filter matches).
+    /// `once`: an id the caller gives the edit when it may make it again
+    /// (the same id and keys apply once at a replicated partition:
+    /// [`crate::repeat`]); `None` for a fresh id.
     fn edit_tags<'a>(
         &'a self,
         bucket: &'a BucketInfo,
         keys: Vec<String>,
         edit: TagEdit,
+        once: Option<crate::repeat::CallId>,
     ) -> Fut<'a, EditCounts>;
     /// Replace the client metadata (and optionally tags) of `key` in place.
     fn replace_object_meta<'a>(
@@ -371,6 +375,9 @@ impl StoreClient for LocalStore {
         bucket: &'a BucketInfo,
         keys: Vec<String>,
         edit: TagEdit,
+        // One replica: a failed edit committed nothing, so no repeat
+        // needs an id.
+        _once: Option<crate::repeat::CallId>,
     ) -> Fut<'a, EditCounts> {
         Box::pin(self.store.edit_tags(bucket, keys, edit))
     }

@@ -420,17 +420,21 @@ impl<'a> Round<'a> {
     }
 
     /// Apply `op` of call `once`: a call whose row says it applied
-    /// already is answered from the row and changes nothing; else it is
+    /// already (the same op: a bulk edit of the same keys) is answered
+    /// from the row and changes nothing; else it is
     /// applied and, if it succeeded, its row written in the same batch.
     fn apply_once(&mut self, op: Op, once: Option<crate::repeat::CallId>) -> StoreResult<Outcome> {
         let Some(row) = once.and_then(|id| crate::repeat::row_key(&id, &op)) else {
             return self.apply(op);
         };
-        if let Some(raw) = self.get_raw(&row)? {
-            return crate::repeat::recall(&raw);
+        let keys = crate::repeat::fingerprint(&op);
+        if let Some(raw) = self.get_raw(&row)?
+            && let Some(answer) = crate::repeat::recall(&raw, keys)?
+        {
+            return Ok(answer);
         }
         let outcome = self.apply(op)?;
-        if let Some(value) = crate::repeat::remember(&outcome, crate::partition::now_ms()) {
+        if let Some(value) = crate::repeat::remember(&outcome, keys, crate::partition::now_ms()) {
             self.set(row, Some(value));
         }
         Ok(outcome)

@@ -16,7 +16,11 @@
 //! fall there, in the call's order), so its row is keyed by that op's
 //! first key: a repeat sent to the partition alone, after a call that
 //! covered several partitions failed, carries the same keys in the same
-//! order and finds it.
+//! order and finds it. Its caller may also send it again as a new call
+//! with the same id (a tagging job retrying a page: [`derived_id`]),
+//! whose keys may differ if the listing changed meanwhile, so the row
+//! also holds a fingerprint of the op's keys ([`fingerprint`]) and is
+//! only recalled by an op with the same keys; another op applies afresh.
 //!
 //! The row travels through the partition's group like any other index
 //! row, so a new leader holds the rows of every call that committed, and
@@ -43,6 +47,21 @@ pub const REPEAT_TTL: std::time::Duration = std::time::Duration::from_secs(120);
 
 tokio::task_local! {
     static CALL_ID: Option<CallId>;
+}
+
+/// The id of a call its caller may make again as a new call that must
+/// apply once all the same (a tagging job's page, named by the job and
+/// where the page starts): SHA-256 of the length-prefixed `parts`, cut
+/// to 16 bytes.
+pub fn derived_id(parts: &[&[u8]]) -> CallId {
+    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    for part in parts {
+        ctx.update(&u64::try_from(part.len()).unwrap_or(u64::MAX).to_be_bytes());
+        ctx.update(part);
+    }
+    let mut id = [0u8; 16];
+    id.copy_from_slice(&ctx.finish().as_ref()[..16]);
+    id
 }
 
 /// A fresh call id (random); `None` if the system's generator fails (the
@@ -81,8 +100,14 @@ enum Answer {
     Deleted(bool),
     /// An update in place: the record it left (encoded).
     Updated(#[serde(with = "serde_bytes")] Vec<u8>),
-    /// A bulk tag edit: what it did to each of its keys.
-    Edited(Vec<crate::tagindex::Edited>),
+    /// A bulk tag edit of the keys with fingerprint `keys`: what it did to
+    /// each of them.
+    Edited {
+        /// [`fingerprint`] of the op's keys.
+        keys: u64,
+        /// Per key, in order.
+        edited: Vec<crate::tagindex::Edited>,
+    },
 }
 
 /// The row key of op `op` of call `id`, for the ops that apply once
@@ -107,12 +132,34 @@ fn key_of(id: &CallId, bucket: BucketId, key: &str) -> Vec<u8> {
     k
 }
 
-/// The row that remembers `outcome`, applied at `now_ms`.
-pub fn remember(outcome: &Outcome, now_ms: i64) -> Option<Vec<u8>> {
+/// What tells one op of a call from another with the same row key: for
+/// a bulk tag edit, a hash of its keys in order (0 for the other ops,
+/// whose row key names their one key).
+pub fn fingerprint(op: &Op) -> u64 {
+    let Op::EditTags { keys, .. } = op else {
+        return 0;
+    };
+    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    for key in keys {
+        ctx.update(&u64::try_from(key.len()).unwrap_or(u64::MAX).to_be_bytes());
+        ctx.update(key.as_bytes());
+    }
+    let digest = ctx.finish();
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest.as_ref()[..8]);
+    u64::from_be_bytes(first)
+}
+
+/// The row that remembers `outcome` of an op with [`fingerprint`] `keys`,
+/// applied at `now_ms`.
+pub fn remember(outcome: &Outcome, keys: u64, now_ms: i64) -> Option<Vec<u8>> {
     let answer = match outcome {
         Outcome::Deleted(existed) => Answer::Deleted(*existed),
         Outcome::Updated(rec) => Answer::Updated(rec.encode()),
-        Outcome::Edited(edited) => Answer::Edited(edited.clone()),
+        Outcome::Edited(edited) => Answer::Edited {
+            keys,
+            edited: edited.clone(),
+        },
         _ => return None,
     };
     let row = Row {
@@ -127,13 +174,15 @@ pub fn decode(raw: &[u8]) -> StoreResult<Row> {
     bincode::deserialize(raw).map_err(|e| StoreError::Corrupt(format!("repeat row: {e}")))
 }
 
-/// The first attempt's answer, from its row.
-pub fn recall(raw: &[u8]) -> StoreResult<Outcome> {
-    match decode(raw)?.answer {
-        Answer::Deleted(existed) => Ok(Outcome::Deleted(existed)),
-        Answer::Updated(rec) => Ok(Outcome::Updated(StoredObject::decode(&rec)?)),
-        Answer::Edited(edited) => Ok(Outcome::Edited(edited)),
-    }
+/// The first attempt's answer, from its row, for a repeat with
+/// [`fingerprint`] `keys`; `None` when the row is another op's (a bulk
+/// edit of other keys under the same id and first key).
+pub fn recall(raw: &[u8], keys: u64) -> StoreResult<Option<Outcome>> {
+    Ok(match decode(raw)?.answer {
+        Answer::Deleted(existed) => Some(Outcome::Deleted(existed)),
+        Answer::Updated(rec) => Some(Outcome::Updated(StoredObject::decode(&rec)?)),
+        Answer::Edited { keys: k, edited } => (k == keys).then_some(Outcome::Edited(edited)),
+    })
 }
 
 impl crate::store::Store {
@@ -167,13 +216,23 @@ impl crate::store::Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tagindex::{Edited, TagEdit};
+    use std::sync::Arc;
+
+    fn edit(keys: &[&str]) -> Op {
+        Op::EditTags {
+            bucket: BucketId(7),
+            keys: keys.iter().map(|k| k.to_string()).collect(),
+            edit: Arc::new(TagEdit::default()),
+        }
+    }
 
     #[test]
     fn a_row_gives_back_the_answer_it_remembers() {
-        let raw = remember(&Outcome::Deleted(true), 42).expect("a delete is remembered");
+        let raw = remember(&Outcome::Deleted(true), 0, 42).expect("a delete is remembered");
         assert_eq!(decode(&raw).expect("row").applied_ms, 42);
-        assert!(matches!(recall(&raw), Ok(Outcome::Deleted(true))));
-        assert!(remember(&Outcome::Relocated(true), 1).is_none());
+        assert!(matches!(recall(&raw, 0), Ok(Some(Outcome::Deleted(true)))));
+        assert!(remember(&Outcome::Relocated(true), 0, 1).is_none());
     }
 
     #[test]
@@ -186,27 +245,43 @@ mod tests {
         assert_ne!(Some(a.clone()), row_key(&[2; 16], &del("k")));
         assert_ne!(Some(a.clone()), row_key(&[1; 16], &del("k2")));
         assert_eq!(a[0], REPEAT_TAG);
-        let edit = Op::EditTags {
-            bucket: BucketId(7),
-            keys: vec!["k".into()],
-            edit: std::sync::Arc::new(crate::tagindex::TagEdit::default()),
-        };
-        let bulk = row_key(&[1; 16], &edit).expect("a bulk edit by its first key");
+        let bulk = row_key(&[1; 16], &edit(&["k", "z"])).expect("a bulk edit by its first key");
         assert_eq!(bulk, a, "the row of the op whose first key is k");
-        let none = Op::EditTags {
-            bucket: BucketId(7),
-            keys: Vec::new(),
-            edit: std::sync::Arc::new(crate::tagindex::TagEdit::default()),
-        };
         assert!(
-            row_key(&[1; 16], &none).is_none(),
+            row_key(&[1; 16], &edit(&[])).is_none(),
             "no key, nothing to apply"
         );
-        let put_back = Outcome::Edited(vec![crate::tagindex::Edited::Changed]);
-        let raw = remember(&put_back, 1).expect("an edit is remembered");
+    }
+
+    #[test]
+    fn an_edit_row_answers_only_an_edit_of_the_same_keys() {
+        let op = edit(&["k", "z"]);
+        let keys = fingerprint(&op);
+        let done = Outcome::Edited(vec![Edited::Changed, Edited::Skipped]);
+        let raw = remember(&done, keys, 1).expect("an edit is remembered");
         assert!(matches!(
-            recall(&raw),
-            Ok(Outcome::Edited(e)) if e == vec![crate::tagindex::Edited::Changed]
+            recall(&raw, keys),
+            Ok(Some(Outcome::Edited(e))) if e == vec![Edited::Changed, Edited::Skipped]
         ));
+        // Same id and first key, other keys (a page listed again after it
+        // changed): applied afresh.
+        for other in [edit(&["k"]), edit(&["k", "y"]), edit(&["k", "z", "a"])] {
+            assert_ne!(fingerprint(&other), keys);
+            assert!(matches!(recall(&raw, fingerprint(&other)), Ok(None)));
+        }
+        // Keys are length-prefixed: moving a byte from one to the next
+        // is another op.
+        assert_ne!(
+            fingerprint(&edit(&["ab", "c"])),
+            fingerprint(&edit(&["a", "bc"]))
+        );
+    }
+
+    #[test]
+    fn derived_ids_are_stable_and_differ_by_their_parts() {
+        let a = derived_id(&[b"job", b"cursor"]);
+        assert_eq!(a, derived_id(&[b"job", b"cursor"]));
+        assert_ne!(a, derived_id(&[b"job", b"cursor2"]));
+        assert_ne!(a, derived_id(&[b"jobc", b"ursor"]));
     }
 }

@@ -1076,6 +1076,20 @@ async fn a_call_repeated_with_its_id_applies_once() {
         );
     }
 
+    // The same id and first key with other keys (a job's page listed
+    // again after it changed): a new op, applied.
+    let more = (0..)
+        .map(|i| format!("m{i}"))
+        .find(|k| laneway_store::hash::partition_of(b.id, k.as_bytes(), PARTITIONS) == p)
+        .expect("another key of k's partition");
+    put(&c.client, &b, &more, &data(10, 4)).await;
+    let reply = send(edit(&["k", more.as_str()]), [3; 16])
+        .await
+        .expect("a new op");
+    assert_eq!(counts(reply.payload).changed, 2, "k and the new key");
+    let info = c.client.head_object(&b, &more).await.expect("the new key");
+    assert_eq!(info.tags, vec![tag("stage", "bulk")]);
+
     // Nothing is forgotten before its time; everything after it.
     let store = &c.stores[node];
     assert_eq!(store.forget_repeats(0).await.expect("sweep"), 0);

@@ -8,7 +8,10 @@
 //! document: the page's last key becomes the durable cursor. A job that
 //! stops anywhere (a restart, a crash) resumes after its cursor and redoes
 //! at most one page, which changes nothing the second time: edits are
-//! idempotent.
+//! idempotent. A redone page carries the same call id as the first try
+//! ([`page_id`]), so on a replicated cluster a part of it that committed
+//! before the failure is answered as it was, not applied again over a
+//! client's tag write that came between (and its counts stay right).
 //!
 //! Each page is admitted through the tenant's lane like a request, at a
 //! cost of [`COST_DIVISOR`]-th of a request's base cost per object, so a job's work
@@ -71,6 +74,24 @@ fn now_ms() -> i64 {
 
 fn lease_ms() -> i64 {
     i64::try_from(LEASE.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// The call id of the page of `job` that starts at its cursor, the same
+/// for every attempt at that page (a retry after a failure, or another
+/// runner taking the job over), so that at a replicated partition a part
+/// of the page that committed before the failure is answered from its
+/// row, not applied again over other clients' later tag writes, and
+/// counted as it was (`laneway_store::repeat`).
+fn page_id(job: &Job, bucket: BucketId) -> laneway_store::repeat::CallId {
+    let cursor = job.cursor.as_deref().map_or(&[][..], str::as_bytes);
+    let started = u8::from(job.cursor.is_some());
+    laneway_store::repeat::derived_id(&[
+        b"tagging-job-page",
+        &bucket.0.to_be_bytes(),
+        job.id.as_bytes(),
+        &[started],
+        cursor,
+    ])
 }
 
 /// A fresh random id (16 hex digits).
@@ -307,9 +328,10 @@ impl Jobs {
             // The lane's turn is the page's admission; the permit is given
             // back before the store call, which may wait on a store node.
             drop(self.admit(&r.tenant, listed).await);
+            let once = page_id(&job, bucket.id);
             self.inner
                 .store
-                .edit_tags(bucket, keys, job.spec.edit())
+                .edit_tags(bucket, keys, job.spec.edit(), Some(once))
                 .await?
         };
         let me = self.inner.runner.clone();
@@ -367,5 +389,46 @@ impl Jobs {
             }
         }
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::jobs::spec::JobSpec;
+
+    fn job(id: &str, cursor: Option<&str>) -> Job {
+        Job {
+            id: id.into(),
+            bucket: "b".into(),
+            spec: JobSpec::default(),
+            state: JobState::Running,
+            cursor: cursor.map(str::to_string),
+            scanned: 0,
+            changed: 0,
+            errors: 0,
+            messages: Vec::new(),
+            created_ms: 0,
+            finished_ms: None,
+            lease: None,
+        }
+    }
+
+    #[test]
+    fn a_page_keeps_its_call_id_across_tries_and_the_next_page_has_another() {
+        let b = BucketId(3);
+        let first = page_id(&job("j1", None), b);
+        assert_eq!(first, page_id(&job("j1", None), b), "a retried first page");
+        let second = page_id(&job("j1", Some("k0999")), b);
+        assert_ne!(first, second);
+        assert_eq!(second, page_id(&job("j1", Some("k0999")), b));
+        assert_ne!(first, page_id(&job("j2", None), b), "another job");
+        assert_ne!(
+            first,
+            page_id(&job("j1", None), BucketId(4)),
+            "another bucket"
+        );
+        // An empty cursor is not the start.
+        assert_ne!(first, page_id(&job("j1", Some("")), b));
     }
 }

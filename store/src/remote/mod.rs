@@ -339,12 +339,14 @@ impl RemoteStore {
     }
 
     /// A bulk tag edit: the keys grouped by partition, the partitions by
-    /// their leader, one call per leader, the leaders in parallel.
+    /// their leader, one call per leader, the leaders in parallel; all
+    /// with the id `once` if the caller gave one.
     async fn edit_tags_on_nodes(
         &self,
         bucket: &BucketInfo,
         keys: Vec<String>,
         edit: TagEdit,
+        once: Option<crate::repeat::CallId>,
     ) -> StoreResult<EditCounts> {
         let count = self.map().partition_count();
         let part_of = |key: &String| crate::hash::partition_of(bucket.id, key.as_bytes(), count);
@@ -353,7 +355,8 @@ impl RemoteStore {
             keys,
             edit: edit.clone(),
         };
-        let counts: Vec<(Vec<String>, EditCounts)> = self.fan_out(keys, part_of, make).await?;
+        let counts: Vec<(Vec<String>, EditCounts)> =
+            self.fan_out_once(keys, part_of, make, once).await?;
         Ok(counts
             .into_iter()
             .map(|(_, c)| c)
@@ -545,8 +548,9 @@ impl StoreClient for RemoteStore {
         bucket: &'a BucketInfo,
         keys: Vec<String>,
         edit: TagEdit,
+        once: Option<crate::repeat::CallId>,
     ) -> Fut<'a, EditCounts> {
-        Box::pin(self.edit_tags_on_nodes(bucket, keys, edit))
+        Box::pin(self.edit_tags_on_nodes(bucket, keys, edit, once))
     }
 
     fn replace_object_meta<'a>(

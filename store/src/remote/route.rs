@@ -126,6 +126,17 @@ fn node_is_done(e: &RpcError) -> bool {
     }
 }
 
+/// What the calls of one [`RemoteStore::fan_out`] share: the map they
+/// are routed by, how items fall into partitions and become a call, the
+/// caller's call id (if any) and the deadline.
+struct Spread<'f, P, M> {
+    map: Arc<PartitionMap>,
+    part_of: &'f P,
+    make: &'f M,
+    given: Option<crate::repeat::CallId>,
+    deadline: Instant,
+}
+
 /// An envelope ready to go, with what goes with it: the caller's window
 /// at the node (none for calls made for no tenant) and the quota hold the
 /// call carries, if any.
@@ -167,10 +178,15 @@ pub(super) fn target_of(map: &PartitionMap, call: &Call) -> Option<Target> {
 
 /// The id `call` carries through all its attempts, if it applies once
 /// ([`crate::repeat`]): only at a group of several replicas, where an
-/// attempt of unknown outcome is sent again.
-fn once_id(call: &Call, replicas: usize) -> Option<crate::repeat::CallId> {
+/// attempt of unknown outcome is sent again; the caller's id `given` if
+/// it gave one, else a fresh one.
+fn once_id(
+    call: &Call,
+    replicas: usize,
+    given: Option<crate::repeat::CallId>,
+) -> Option<crate::repeat::CallId> {
     if call.applies_once() && replicas > 1 {
-        crate::repeat::new_id()
+        given.or_else(crate::repeat::new_id)
     } else {
         None
     }
@@ -249,7 +265,7 @@ impl RemoteStore {
         call: Call,
         deadline: Instant,
     ) -> Result<(T, BodyStream), Failed> {
-        let once = once_id(&call, target.replicas(&self.map()).len());
+        let once = once_id(&call, target.replicas(&self.map()).len(), None);
         self.send_routed_once(target, call, deadline, once).await
     }
 
@@ -365,6 +381,22 @@ impl RemoteStore {
         I: Clone + Send,
         T: DeserializeOwned,
     {
+        self.fan_out_once(items, part_of, make, None).await
+    }
+
+    /// [`RemoteStore::fan_out`] of a call that applies once with the
+    /// caller's id `given` (`None`: a fresh id per leader's call).
+    pub(super) async fn fan_out_once<I, T>(
+        &self,
+        items: Vec<I>,
+        part_of: impl Fn(&I) -> PartitionId + Sync,
+        make: impl Fn(Vec<I>) -> Call + Sync,
+        given: Option<crate::repeat::CallId>,
+    ) -> StoreResult<Vec<(Vec<I>, T)>>
+    where
+        I: Clone + Send,
+        T: DeserializeOwned,
+    {
         let deadline = Instant::now() + self.inner.opts.deadline;
         let map = self.map();
         let mut groups: Vec<(NodeId, Vec<I>)> = Vec::new();
@@ -376,28 +408,42 @@ impl RemoteStore {
                 None => groups.push((node, vec![item])),
             }
         }
+        let spread = Spread {
+            map,
+            part_of: &part_of,
+            make: &make,
+            given,
+            deadline,
+        };
         let calls = groups
             .into_iter()
-            .map(|(node, group)| self.group_call(&map, node, group, &part_of, &make, deadline));
+            .map(|(node, group)| self.group_call(&spread, node, group));
         let replies = futures::future::try_join_all(calls).await?;
         Ok(replies.into_iter().flatten().collect())
     }
 
     /// One group of [`RemoteStore::fan_out`]: `make(group)` to `node`,
     /// partition by partition again if that fails on the way.
-    async fn group_call<I, T>(
+    async fn group_call<I, T, P, M>(
         &self,
-        map: &Arc<PartitionMap>,
+        spread: &Spread<'_, P, M>,
         node: NodeId,
         group: Vec<I>,
-        part_of: &(impl Fn(&I) -> PartitionId + Sync),
-        make: &(impl Fn(Vec<I>) -> Call + Sync),
-        deadline: Instant,
     ) -> StoreResult<Vec<(Vec<I>, T)>>
     where
         I: Clone + Send,
         T: DeserializeOwned,
+        P: Fn(&I) -> PartitionId + Sync,
+        M: Fn(Vec<I>) -> Call + Sync,
     {
+        let Spread {
+            map,
+            part_of,
+            make,
+            given,
+            deadline,
+        } = spread;
+        let (given, deadline) = (*given, *deadline);
         let call = make(group.clone());
         let (name, repeatable) = (call.name(), call.may_repeat());
         let mut parts: Vec<PartitionId> = group.iter().map(part_of).collect();
@@ -408,7 +454,7 @@ impl RemoteStore {
             .map(|p| map.replicas(*p).len())
             .max()
             .unwrap_or(1);
-        let once = once_id(&call, replicas);
+        let once = once_id(&call, replicas, given);
         let (sealed, _) = self.envelope(call, map, &node, once)?;
         let until = attempt_until(replicas, deadline, self.inner.opts.deadline);
         let failure = match self.exchange(&node, name, sealed, None, until).await {
@@ -562,7 +608,7 @@ mod tests {
     use crate::node::proto::tests::bucket;
 
     #[test]
-    fn single_object_writes_to_a_replicated_group_carry_a_fresh_call_id() {
+    fn object_writes_to_a_replicated_group_carry_a_fresh_or_the_callers_call_id() {
         let delete = Call::DeleteObject {
             bucket: bucket(),
             key: "k".into(),
@@ -572,22 +618,26 @@ mod tests {
             key: "k".into(),
             tags: Vec::new(),
         };
-        let a = once_id(&delete, 3).expect("a delete to three replicas");
-        assert_ne!(Some(a), once_id(&delete, 3), "each call its own id");
-        assert!(once_id(&tags, 3).is_some());
+        let a = once_id(&delete, 3, None).expect("a delete to three replicas");
+        assert_ne!(Some(a), once_id(&delete, 3, None), "each call its own id");
+        assert!(once_id(&tags, 3, None).is_some());
         let bulk = Call::EditTags {
             bucket: bucket(),
             keys: vec!["k".into()],
             edit: crate::tagindex::TagEdit::default(),
         };
-        assert!(once_id(&bulk, 3).is_some() && bulk.may_repeat());
+        assert!(once_id(&bulk, 3, None).is_some() && bulk.may_repeat());
+        // A caller's id is kept; only where the call applies once.
+        assert_eq!(once_id(&bulk, 3, Some([9; 16])), Some([9; 16]));
+        assert_eq!(once_id(&bulk, 1, Some([9; 16])), None);
         assert!(delete.may_repeat() && tags.may_repeat());
         // One replica: no attempt is repeated, so no row is written.
-        assert_eq!(once_id(&delete, 1), None);
+        assert_eq!(once_id(&delete, 1, None), None);
         let head = Call::HeadObject {
             bucket: bucket(),
             key: "k".into(),
         };
-        assert_eq!(once_id(&head, 3), None, "a read applies nothing");
+        assert_eq!(once_id(&head, 3, None), None, "a read applies nothing");
+        assert_eq!(once_id(&head, 3, Some([9; 16])), None);
     }
 }
