@@ -400,7 +400,9 @@ def failover(s):
     """SIGKILL the store node that leads the most groups while a PUT loop
     runs; per key (64 keys over the 16 partitions), the time from the kill
     to its first acknowledged PUT; the slowest key is the failover time of
-    the slowest partition. Every PUT is retried at once on failure."""
+    the slowest partition. Every PUT is retried at once on failure.
+    FAULT=stop: SIGSTOP instead (a leader that hangs without closing its
+    connections), SIGCONT at the end."""
     try:
         import boto3
         from botocore.config import Config
@@ -434,7 +436,8 @@ def failover(s):
                 leads[g["leader"]] = leads.get(g["leader"], 0) + 1
         victim = max(leads, key=leads.get)
         proc = next(p for p in s.procs if p.role == "store" and f"--node {victim}" in " ".join(p.p.args))
-        proc.p.kill()
+        stop = os.environ.get("FAULT") == "stop"
+        proc.p.send_signal(signal.SIGSTOP if stop else signal.SIGKILL)
         killed = time.monotonic()
         first_ok = {}
         failures = 0
@@ -448,9 +451,12 @@ def failover(s):
                 except Exception:
                     failures += 1
         took = sorted(first_ok.values())
-        print(f"## rf3 failover: SIGKILL of {victim} (leader of {leads[victim]} of {len(groups)} groups)")
+        if stop:
+            proc.p.send_signal(signal.SIGCONT)
+        fault = "SIGSTOP" if stop else "SIGKILL"
+        print(f"## rf3 failover: {fault} of {victim} (leader of {leads[victim]} of {len(groups)} groups)")
         if took:
-            print(f"# keys written again: {len(took)}/{len(keys)}; time from the kill to the first "
+            print(f"# keys written again: {len(took)}/{len(keys)}; time from the {fault} to the first "
                   f"acknowledged PUT: median {took[len(took) // 2]:.2f} s, slowest {took[-1]:.2f} s; "
                   f"{failures} failed attempts meanwhile")
         sys.stdout.flush()

@@ -12,9 +12,10 @@ use laneway_store::cluster::{
 };
 use laneway_store::node::NodeService;
 use laneway_store::node::lanes::NodeLanes;
-use laneway_store::node::proto::{Call, Envelope, decode, encode};
+use laneway_store::node::proto::{Call, Envelope, GroupReport, decode, encode};
 use laneway_store::record::Usage;
 use laneway_store::remote::RemoteStore;
+use laneway_store::replication::GroupStatus;
 use laneway_store::rpc::{
     CallOptions, Handler, Reply, RpcServer, ServerOptions, Signer, WireCode, WireError,
 };
@@ -44,6 +45,8 @@ enum Role {
 /// A fake store node: its role, and the methods it was called with.
 struct Fake {
     role: Role,
+    /// Its place among `ids`.
+    me: usize,
     ids: Vec<u64>,
     calls: Mutex<Vec<String>>,
 }
@@ -90,6 +93,7 @@ impl Handler for Fake {
         self.calls.lock().push(method);
         let role = self.role;
         let ids = self.ids.clone();
+        let me = ids[self.me];
         Box::pin(async move {
             let env: Envelope =
                 decode(&args).map_err(|e| WireError::new(WireCode::BadCall, e.to_string()))?;
@@ -102,7 +106,11 @@ impl Handler for Fake {
                     "not the leader",
                 )),
                 Role::Lead => {
-                    let reply = Fake::answer(&env.call)?;
+                    let reply = match env.call {
+                        Call::Groups => encode(&claims(me))
+                            .map_err(|e| WireError::new(WireCode::Internal, e.to_string()))?,
+                        call => Fake::answer(&call)?,
+                    };
                     let mut payload = 0u32.to_be_bytes().to_vec();
                     payload.extend_from_slice(&reply);
                     Ok(Reply::payload(Bytes::from(payload)))
@@ -110,6 +118,30 @@ impl Handler for Fake {
             }
         })
     }
+}
+
+/// A leader's answer to the leader watch: Raft id `me` leads every
+/// partition and the catalog, in term 7.
+fn claims(me: u64) -> Vec<GroupReport> {
+    let status = GroupStatus {
+        me,
+        leader: Some(me),
+        term: 7,
+        ..GroupStatus::default()
+    };
+    let mut groups: Vec<GroupReport> = (0..PARTITIONS)
+        .map(|p| GroupReport {
+            group: format!("p{p:04}"),
+            partition: Some(PartitionId(p)),
+            status: status.clone(),
+        })
+        .collect();
+    groups.push(GroupReport {
+        group: "catalog".into(),
+        partition: None,
+        status,
+    });
+    groups
 }
 
 fn object(key: &str) -> ObjectInfo {
@@ -169,9 +201,10 @@ async fn fakes_with(roles: [Role; 3], replicas: u32) -> Fakes {
         .collect();
     let mut fakes = Vec::new();
     let mut servers = Vec::new();
-    for (listener, role) in listeners.into_iter().zip(roles) {
+    for (me, (listener, role)) in listeners.into_iter().zip(roles).enumerate() {
         let fake = Arc::new(Fake {
             role,
+            me,
             ids: ids.clone(),
             calls: Mutex::new(Vec::new()),
         });
@@ -234,6 +267,24 @@ fn key_first_at(client: &RemoteStore, first: usize) -> String {
         .expect("a key for every node")
 }
 
+/// PutObject of `key` with the body "abc".
+async fn put_abc(client: &RemoteStore, key: &str) -> Result<ObjectInfo, StoreError> {
+    let body: BodyStream = Box::pin(futures::stream::once(async {
+        Ok(Bytes::from_static(b"abc"))
+    }));
+    let b = bucket();
+    client
+        .put_object(
+            &b,
+            key,
+            Default::default(),
+            PutOptions::default(),
+            body,
+            WriteCond::None,
+        )
+        .await
+}
+
 async fn part_size(client: &RemoteStore, key: &str) -> Result<Option<u64>, StoreError> {
     client.part_size(&bucket(), key, "upload", 1).await
 }
@@ -286,20 +337,7 @@ async fn a_call_with_a_body_is_not_replayed_but_its_retry_goes_to_the_leader() {
     let f = fakes([Role::Follow(Some(2)), Role::Follow(Some(2)), Role::Lead]).await;
     let client = f.client(5);
     let k = key_first_at(&client, 0);
-    let b = bucket();
-    let put = || {
-        let body: BodyStream = Box::pin(futures::stream::once(async {
-            Ok(Bytes::from_static(b"abc"))
-        }));
-        client.put_object(
-            &b,
-            &k,
-            Default::default(),
-            PutOptions::default(),
-            body,
-            WriteCond::None,
-        )
-    };
+    let put = || put_abc(&client, &k);
     let first = put().await;
     assert!(
         matches!(first, Err(StoreError::Unavailable(_))),
@@ -312,6 +350,53 @@ async fn a_call_with_a_body_is_not_replayed_but_its_retry_goes_to_the_leader() {
         f.nodes[2].count("put_object"),
         1,
         "the retry reached the leader"
+    );
+    assert_eq!(f.nodes[0].count("put_object"), 1);
+}
+
+/// Calls out at a leader that stopped (it never answers) end as soon as
+/// another replica claims the group in a round of the leader watch, long
+/// before their deadline: a PUT answers 503 (its spent body is not sent
+/// again), a read is sent again to the new leader, and the next PUT goes
+/// straight there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_at_a_stopped_leader_end_when_another_replica_claims_the_group() {
+    let f = fakes([Role::Hang, Role::Follow(Some(2)), Role::Lead]).await;
+    // A deadline no test run waits out: an answer means the claim ended
+    // the calls.
+    let client = f.client(600);
+    let k = key_first_at(&client, 0);
+    let put = || put_abc(&client, &k);
+    let election = async {
+        while f.nodes[0].count("put_object") + f.nodes[0].count("part_size") < 2 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        client.refresh_leaders(Duration::from_millis(300)).await;
+    };
+    let ((written, read), ()) = tokio::time::timeout(Duration::from_secs(20), async {
+        tokio::join!(
+            async { tokio::join!(put(), part_size(&client, &k)) },
+            election
+        )
+    })
+    .await
+    .expect("the calls end once another replica claims the group");
+    match written {
+        Err(StoreError::Unavailable(m)) => assert!(m.contains("another replica claims it"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        f.nodes[2].count("put_object"),
+        0,
+        "the spent body is not sent again"
+    );
+    assert_eq!(read.expect("the read, sent again"), Some(7));
+    let again = put().await;
+    assert!(matches!(again, Err(StoreError::NoSuchBucket)), "{again:?}");
+    assert_eq!(
+        f.nodes[2].count("put_object"),
+        1,
+        "the retry reached the new leader"
     );
     assert_eq!(f.nodes[0].count("put_object"), 1);
 }

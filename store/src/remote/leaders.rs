@@ -11,6 +11,13 @@
 //! replication). Slots change on what a node answers: a `NotLeader` hint
 //! naming a replica ([`Leaders::learn`]), or a failure of the replica in
 //! the slot, which moves it on to the next replica ([`Leaders::pass`]).
+//!
+//! A replica's own claim to lead, with its term (the leader watch,
+//! `super::watch`), also counts each change of claimed leader
+//! ([`Leaders::claim`]): a call out at a replica that another one has
+//! since claimed to succeed (with a term no older) gives up at once
+//! ([`Leaders::deposed`]) instead of waiting out its deadline at a
+//! leader that stopped or was cut off.
 
 use crate::cluster::{NodeId, PartitionMap};
 use crate::ids::PartitionId;
@@ -57,6 +64,8 @@ impl std::fmt::Display for Target {
 #[derive(Default)]
 pub(super) struct Leaders {
     table: Mutex<Table>,
+    /// Woken whenever a group's claimed leader changes.
+    elected: tokio::sync::Notify,
 }
 
 /// The slots, for one map version.
@@ -64,17 +73,38 @@ pub(super) struct Leaders {
 struct Table {
     version: Option<u64>,
     slots: Vec<Option<NodeId>>,
+    claims: Vec<Claim>,
+}
+
+/// The last leader a group's replicas claimed, for one slot.
+#[derive(Clone, Default)]
+struct Claim {
+    leader: Option<NodeId>,
+    term: u64,
+    /// How often the claimed leader changed (under this map version).
+    changes: u64,
 }
 
 impl Table {
     /// The slots for `map`, emptied first if they were for another version.
     fn of(&mut self, map: &PartitionMap) -> &mut Vec<Option<NodeId>> {
+        self.reset_for(map);
+        &mut self.slots
+    }
+
+    /// The claims for `map`, emptied first if they were for another version.
+    fn claims_of(&mut self, map: &PartitionMap) -> &mut Vec<Claim> {
+        self.reset_for(map);
+        &mut self.claims
+    }
+
+    fn reset_for(&mut self, map: &PartitionMap) {
         if self.version != Some(map.version()) {
             let len = usize::try_from(map.partition_count()).unwrap_or(0) + 1;
             self.version = Some(map.version());
             self.slots = vec![None; len];
+            self.claims = vec![Claim::default(); len];
         }
-        &mut self.slots
     }
 }
 
@@ -101,6 +131,77 @@ impl Leaders {
             *slot = Some(node.clone());
         }
         Some(node)
+    }
+
+    /// Replica `leader` (a Raft id) says it leads `t` in `term`: believe
+    /// it unless a claim of a later term came first, and if it is another
+    /// leader than the last claimed, count the change and wake the calls
+    /// waiting in [`Leaders::deposed`]. A claim naming no replica of
+    /// `map` is ignored.
+    pub(super) fn claim(&self, map: &PartitionMap, t: Target, leader: u64, term: u64) {
+        let Some(node) = t.replicas(map).iter().find(|n| n.raft_id() == leader) else {
+            return;
+        };
+        let changed = {
+            let mut table = self.table.lock();
+            let slot = t.slot(map);
+            let Some(claim) = table.claims_of(map).get_mut(slot) else {
+                return;
+            };
+            if term < claim.term {
+                return;
+            }
+            claim.term = term;
+            let changed = claim.leader.as_ref() != Some(node);
+            if changed {
+                claim.leader = Some(node.clone());
+                claim.changes += 1;
+            }
+            if let Some(s) = table.of(map).get_mut(slot) {
+                *s = Some(node.clone());
+            }
+            changed
+        };
+        if changed {
+            self.elected.notify_waiters();
+        }
+    }
+
+    /// How often `t`'s claimed leader changed so far (for
+    /// [`Leaders::deposed`]).
+    pub(super) fn changes(&self, map: &PartitionMap, t: Target) -> u64 {
+        let mut table = self.table.lock();
+        table
+            .claims_of(map)
+            .get(t.slot(map))
+            .map_or(0, |c| c.changes)
+    }
+
+    /// Whether, after `since` changes, a replica other than `node` claimed
+    /// to lead `t`.
+    fn claimed_other(&self, map: &PartitionMap, t: Target, node: &NodeId, since: u64) -> bool {
+        let mut table = self.table.lock();
+        table
+            .claims_of(map)
+            .get(t.slot(map))
+            .is_some_and(|c| c.changes > since && c.leader.as_ref() != Some(node))
+    }
+
+    /// Resolves once a replica other than `node` claims to lead `t`, after
+    /// the `since`-th change of claimed leader (read before the call at
+    /// `node` began): that call can stop waiting for `node`.
+    pub(super) async fn deposed(&self, map: &PartitionMap, t: Target, node: &NodeId, since: u64) {
+        loop {
+            let woken = self.elected.notified();
+            tokio::pin!(woken);
+            // Registered before the check, so a change between the two
+            // still wakes it.
+            woken.as_mut().enable();
+            if self.claimed_other(map, t, node, since) {
+                return;
+            }
+            woken.await;
+        }
     }
 
     /// `failed` could not serve `t` (not its leader and no hint, or not
@@ -188,6 +289,64 @@ mod tests {
         // The catalog has one replica: nothing to pass to.
         leaders.pass(&m, Target::Catalog, &node("a"));
         assert_eq!(leaders.get(&m, Target::Catalog), Some(node("a")));
+    }
+
+    #[test]
+    fn claims_of_a_later_term_win_and_each_change_is_counted() {
+        let (leaders, m) = (Leaders::default(), map(1));
+        let p = Target::Partition(PartitionId(0));
+        assert_eq!(leaders.changes(&m, p), 0);
+        leaders.claim(&m, p, node("a").raft_id(), 1);
+        assert_eq!(leaders.changes(&m, p), 1);
+        // The same leader again, even in a later term: no change.
+        leaders.claim(&m, p, node("a").raft_id(), 2);
+        assert_eq!(leaders.changes(&m, p), 1);
+        leaders.claim(&m, p, node("b").raft_id(), 3);
+        assert_eq!(leaders.changes(&m, p), 2);
+        assert_eq!(leaders.get(&m, p), Some(node("b")));
+        // A deposed leader still claiming its older term is not believed.
+        leaders.claim(&m, p, node("a").raft_id(), 2);
+        assert_eq!(
+            (leaders.changes(&m, p), leaders.get(&m, p)),
+            (2, Some(node("b")))
+        );
+        // Nor a stranger.
+        leaders.claim(&m, p, node("zz").raft_id(), 9);
+        assert_eq!(leaders.changes(&m, p), 2);
+        assert!(leaders.claimed_other(&m, p, &node("a"), 1));
+        assert!(
+            !leaders.claimed_other(&m, p, &node("b"), 1),
+            "b is the one claimed"
+        );
+        assert!(
+            !leaders.claimed_other(&m, p, &node("a"), 2),
+            "no change since"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_call_waiting_at_a_replica_is_woken_when_another_claims_the_group() {
+        let leaders = std::sync::Arc::new(Leaders::default());
+        let m = std::sync::Arc::new(map(1));
+        let p = Target::Partition(PartitionId(0));
+        leaders.claim(&m, p, node("a").raft_id(), 1);
+        let since = leaders.changes(&m, p);
+        let waiting = {
+            let (leaders, m) = (std::sync::Arc::clone(&leaders), std::sync::Arc::clone(&m));
+            tokio::spawn(async move { leaders.deposed(&m, p, &node("a"), since).await })
+        };
+        // Claims that change nothing, or about another group, wake nothing.
+        leaders.claim(&m, p, node("a").raft_id(), 2);
+        leaders.claim(
+            &m,
+            Target::Partition(PartitionId(1)),
+            node("b").raft_id(),
+            5,
+        );
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished());
+        leaders.claim(&m, p, node("c").raft_id(), 3);
+        waiting.await.expect("woken by the new leader's claim");
     }
 
     #[test]

@@ -26,6 +26,12 @@
 //! the stream is spent. It goes to the believed leader; a failure teaches
 //! the cache (the hint, or the next replica) so the S3 client's retry goes
 //! right, and answers 503.
+//!
+//! A call out at a replica that another replica then claims to succeed
+//! as leader (the leader watch hears the claim, at most a second after
+//! an election) stops waiting: its outcome is unknown (`Lost`), so it is
+//! handled as if its attempt had run out of time, at once instead of at
+//! the attempt's deadline.
 
 use super::leaders::Target;
 use super::window;
@@ -286,6 +292,7 @@ impl RemoteStore {
         let (mut refreshed, mut repeated) = (false, false);
         loop {
             let replicas = target.replicas(&map).len();
+            let since = self.inner.leaders.changes(&map, target);
             let node = self
                 .leader(&map, target, name)
                 .map_err(|e| Failed::new(e, repeated))?;
@@ -294,7 +301,11 @@ impl RemoteStore {
                 .map_err(|e| Failed::new(e, repeated))?;
             call = back;
             let until = attempt_until(replicas, deadline, self.inner.opts.deadline);
-            let failure = match self.exchange(&node, name, sealed, None, until).await {
+            let exchange = self.exchange(&node, name, sealed, None, until);
+            let failure = match self
+                .unless_deposed(&map, target, &node, since, exchange)
+                .await
+            {
                 Ok(answer) => return Ok(answer),
                 Err(f) => f,
             };
@@ -344,10 +355,12 @@ impl RemoteStore {
     ) -> StoreResult<(T, BodyStream)> {
         let name = call.name();
         let map = self.map();
+        let since = self.inner.leaders.changes(&map, target);
         let node = self.leader(&map, target, name)?;
         let (sealed, _) = self.envelope(call, &map, &node, None)?;
+        let exchange = self.exchange(&node, name, sealed, Some(data), deadline);
         match self
-            .exchange(&node, name, sealed, Some(data), deadline)
+            .unless_deposed(&map, target, &node, since, exchange)
             .await
         {
             Ok(answer) => Ok(answer),
@@ -493,6 +506,33 @@ impl RemoteStore {
             }
         });
         futures::future::try_join_all(singles).await
+    }
+
+    /// `exchange`, a call at `node` as `target`'s leader, given up as lost
+    /// (its outcome unknown) once another replica claims to lead `target`
+    /// after the `since`-th change of claimed leader (read before `node`
+    /// was chosen; `Leaders::deposed`): a leader that stopped or was cut
+    /// off keeps the call only until the group elects another, not to its
+    /// deadline.
+    async fn unless_deposed<T>(
+        &self,
+        map: &PartitionMap,
+        target: Target,
+        node: &NodeId,
+        since: u64,
+        exchange: impl std::future::Future<Output = Result<T, Sent>>,
+    ) -> Result<T, Sent> {
+        if target.replicas(map).len() < 2 {
+            // One replica: no other can claim the group.
+            return exchange.await;
+        }
+        tokio::select! {
+            answer = exchange => answer,
+            () = self.inner.leaders.deposed(map, target, node, since) => Err(Sent::Lost(format!(
+                "store node {node} stopped leading {target} while the call was out \
+                 (another replica claims it)"
+            ))),
+        }
     }
 
     /// Teach the leader cache what `node`'s failure on `target` says.

@@ -13,9 +13,12 @@
 //!
 //! Only a node's claim about itself is taken (a replica that says it
 //! leads), and of two claims the one of the higher term (a deposed leader
-//! that has not heard of its successor yet still claims its old term).
-//! A node that does not answer within the round's deadline is skipped for
-//! that round.
+//! that has not heard of its successor yet still claims its old term),
+//! also across rounds (`super::leaders::Leaders::claim`). A node that
+//! does not answer within the round's deadline is skipped for that round.
+//! A new claimed leader also ends the calls still out at the one before
+//! it (a stopped or cut-off leader: they answer 503 then, not at their
+//! deadline; `super::route`).
 
 use super::RemoteStore;
 use super::leaders::Target;
@@ -67,8 +70,8 @@ impl RemoteStore {
         let reports = futures::future::join_all(asks).await;
         let map = self.map();
         let claims = claimed_leaders(reports.iter().flatten().flatten().cloned());
-        for (target, leader) in claims {
-            self.inner.leaders.learn(&map, target, leader);
+        for (target, (term, leader)) in claims {
+            self.inner.leaders.claim(&map, target, leader, term);
         }
         *self.inner.reports.lock() = Some(ReplicationView {
             map,
@@ -93,8 +96,8 @@ pub struct ReplicationView {
 }
 
 /// Each group's leader by the replicas' own claims: the claim of the
-/// highest term wins.
-fn claimed_leaders(reports: impl Iterator<Item = GroupReport>) -> HashMap<Target, u64> {
+/// highest term wins; (term, leader's Raft id).
+fn claimed_leaders(reports: impl Iterator<Item = GroupReport>) -> HashMap<Target, (u64, u64)> {
     let mut best: HashMap<Target, (u64, u64)> = HashMap::new();
     for r in reports {
         if r.status.leader != Some(r.status.me) {
@@ -113,7 +116,7 @@ fn claimed_leaders(reports: impl Iterator<Item = GroupReport>) -> HashMap<Target
             })
             .or_insert(claim);
     }
-    best.into_iter().map(|(t, (_, me))| (t, me)).collect()
+    best
 }
 
 #[cfg(test)]
@@ -152,8 +155,8 @@ mod tests {
         ];
         let got = claimed_leaders(reports.into_iter());
         assert_eq!(got.get(&Target::Partition(PartitionId(0))), None);
-        assert_eq!(got.get(&Target::Partition(PartitionId(1))), Some(&2));
-        assert_eq!(got.get(&Target::Catalog), Some(&1));
+        assert_eq!(got.get(&Target::Partition(PartitionId(1))), Some(&(4, 2)));
+        assert_eq!(got.get(&Target::Catalog), Some(&(9, 1)));
         assert_eq!(got.len(), 2);
     }
 }
