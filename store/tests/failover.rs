@@ -355,8 +355,9 @@ async fn a_call_with_a_body_is_not_replayed_but_its_retry_goes_to_the_leader() {
 }
 
 /// Calls out at a leader that stopped (it never answers) end as soon as
-/// another replica claims the group in a round of the leader watch, long
-/// before their deadline: a PUT answers 503 (its spent body is not sent
+/// another replica claims the group in a round of the leader watch (while
+/// the round still waits for the stopped node), long before their
+/// deadline: a PUT answers 503 (its spent body is not sent
 /// again), a read is sent again to the new leader, and the next PUT goes
 /// straight there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -367,11 +368,17 @@ async fn calls_at_a_stopped_leader_end_when_another_replica_claims_the_group() {
     let client = f.client(600);
     let k = key_first_at(&client, 0);
     let put = || put_abc(&client, &k);
+    // A watch round that waits up to 600 s for the stopped node's answer:
+    // the leader's claim counts as soon as it answers.
+    let mut round = None;
     let election = async {
         while f.nodes[0].count("put_object") + f.nodes[0].count("part_size") < 2 {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        client.refresh_leaders(Duration::from_millis(300)).await;
+        let watch = client.clone();
+        round = Some(tokio::spawn(async move {
+            watch.refresh_leaders(Duration::from_secs(600)).await;
+        }));
     };
     let ((written, read), ()) = tokio::time::timeout(Duration::from_secs(20), async {
         tokio::join!(
@@ -399,6 +406,12 @@ async fn calls_at_a_stopped_leader_end_when_another_replica_claims_the_group() {
         "the retry reached the new leader"
     );
     assert_eq!(f.nodes[0].count("put_object"), 1);
+    let round = round.expect("the round began");
+    assert!(
+        !round.is_finished(),
+        "the round still waits for the stopped node"
+    );
+    round.abort();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -14,7 +14,8 @@
 //! Only a node's claim about itself is taken (a replica that says it
 //! leads), and of two claims the one of the higher term (a deposed leader
 //! that has not heard of its successor yet still claims its old term),
-//! also across rounds (`super::leaders::Leaders::claim`). A node that
+//! whichever answers first and across rounds
+//! (`super::leaders::Leaders::claim`). A node that
 //! does not answer within the round's deadline is skipped for that round.
 //! A new claimed leader also ends the calls still out at the one before
 //! it (a stopped or cut-off leader: they answer 503 then, not at their
@@ -56,23 +57,36 @@ impl RemoteStore {
 
     /// Take a newer map if the source has one, ask every node which
     /// groups it leads (each answer due `within`) and remember the leaders
-    /// found.
+    /// found. Each node's claims count as soon as it answers, so a node
+    /// that does not (a stopped one) delays no other's news by the round's
+    /// `within`.
     pub async fn refresh_leaders(&self, within: Duration) {
+        use futures::StreamExt;
         if let Err(e) = self.inner.map.poll() {
             tracing::warn!(error = %e, "the partition map could not be read again; keeping the one in use");
         }
-        let nodes = self.known_nodes();
-        let asks = nodes.iter().map(|n| async move {
-            self.call_node_within::<Vec<GroupReport>>(n, Call::Groups, within)
-                .await
-                .ok()
-        });
-        let reports = futures::future::join_all(asks).await;
         let map = self.map();
-        let claims = claimed_leaders(reports.iter().flatten().flatten().cloned());
-        for (target, (term, leader)) in claims {
-            self.inner.leaders.claim(&map, target, leader, term);
+        let nodes = self.known_nodes();
+        let mut asks: futures::stream::FuturesUnordered<_> = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| async move {
+                let report = self
+                    .call_node_within::<Vec<GroupReport>>(n, Call::Groups, within)
+                    .await
+                    .ok();
+                (i, report)
+            })
+            .collect();
+        let mut reports = vec![None; nodes.len()];
+        while let Some((i, report)) = asks.next().await {
+            let claims = claimed_leaders(report.iter().flatten().cloned());
+            for (target, (term, leader)) in claims {
+                self.inner.leaders.claim(&map, target, leader, term);
+            }
+            reports[i] = report;
         }
+        drop(asks);
         *self.inner.reports.lock() = Some(ReplicationView {
             map,
             reports: nodes.into_iter().zip(reports).collect(),
