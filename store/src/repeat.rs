@@ -54,14 +54,22 @@ tokio::task_local! {
 /// where the page starts): SHA-256 of the length-prefixed `parts`, cut
 /// to 16 bytes.
 pub fn derived_id(parts: &[&[u8]]) -> CallId {
+    let mut id = [0u8; 16];
+    id.copy_from_slice(&digest_of(parts.iter().copied())[..16]);
+    id
+}
+
+/// SHA-256 of `parts`, each preceded by its length (so no two lists of
+/// parts give the same input).
+fn digest_of<'a>(parts: impl Iterator<Item = &'a [u8]>) -> [u8; 32] {
     let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
     for part in parts {
         ctx.update(&u64::try_from(part.len()).unwrap_or(u64::MAX).to_be_bytes());
         ctx.update(part);
     }
-    let mut id = [0u8; 16];
-    id.copy_from_slice(&ctx.finish().as_ref()[..16]);
-    id
+    let mut out = [0u8; 32];
+    out.copy_from_slice(ctx.finish().as_ref());
+    out
 }
 
 /// A fresh call id (random); `None` if the system's generator fails (the
@@ -139,14 +147,9 @@ pub fn fingerprint(op: &Op) -> u64 {
     let Op::EditTags { keys, .. } = op else {
         return 0;
     };
-    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
-    for key in keys {
-        ctx.update(&u64::try_from(key.len()).unwrap_or(u64::MAX).to_be_bytes());
-        ctx.update(key.as_bytes());
-    }
-    let digest = ctx.finish();
+    let digest = digest_of(keys.iter().map(|k| k.as_bytes()));
     let mut first = [0u8; 8];
-    first.copy_from_slice(&digest.as_ref()[..8]);
+    first.copy_from_slice(&digest[..8]);
     u64::from_be_bytes(first)
 }
 

@@ -359,7 +359,8 @@ async fn a_call_with_a_body_is_not_replayed_but_its_retry_goes_to_the_leader() {
 /// the round still waits for the stopped node), long before their
 /// deadline: a PUT answers 503 (its spent body is not sent
 /// again), a read is sent again to the new leader, and the next PUT goes
-/// straight there.
+/// straight there. The tenant's window at the stopped node is given back
+/// by the calls that gave up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_at_a_stopped_leader_end_when_another_replica_claims_the_group() {
     let f = fakes([Role::Hang, Role::Follow(Some(2)), Role::Lead]).await;
@@ -375,16 +376,24 @@ async fn calls_at_a_stopped_leader_end_when_another_replica_claims_the_group() {
         while f.nodes[0].count("put_object") + f.nodes[0].count("part_size") < 2 {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+        let stopped = NodeId::parse("node-1").expect("id");
+        assert_eq!(
+            client.backlog(&stopped, "t"),
+            2,
+            "both calls hold a place there"
+        );
         let watch = client.clone();
         round = Some(tokio::spawn(async move {
             watch.refresh_leaders(Duration::from_secs(600)).await;
         }));
     };
+    let caller = laneway_store::caller::Caller {
+        tenant: TenantId("t".into()),
+        weight: 1,
+    };
+    let calls = caller.scope(async { tokio::join!(put(), part_size(&client, &k)) });
     let ((written, read), ()) = tokio::time::timeout(Duration::from_secs(20), async {
-        tokio::join!(
-            async { tokio::join!(put(), part_size(&client, &k)) },
-            election
-        )
+        tokio::join!(calls, election)
     })
     .await
     .expect("the calls end once another replica claims the group");
@@ -398,6 +407,12 @@ async fn calls_at_a_stopped_leader_end_when_another_replica_claims_the_group() {
         "the spent body is not sent again"
     );
     assert_eq!(read.expect("the read, sent again"), Some(7));
+    let stopped = NodeId::parse("node-1").expect("id");
+    assert_eq!(
+        client.backlog(&stopped, "t"),
+        0,
+        "no place in the window at the stopped node is still held"
+    );
     let again = put().await;
     assert!(matches!(again, Err(StoreError::NoSuchBucket)), "{again:?}");
     assert_eq!(
