@@ -372,7 +372,9 @@ pub fn turn_of(members: &BTreeMap<NodeId, BasicNode>, n: u64) -> Option<NodeId> 
 
 /// [`RaftOpener::started`].
 pub type Started = Box<
-    dyn Fn(PartitionId, PartitionRaft, bool) -> Option<Arc<crate::rejoin::Rejoin>> + Send + Sync,
+    dyn Fn(PartitionId, PartitionRaft, bool, &GroupSpec) -> Option<Arc<crate::rejoin::Rejoin>>
+        + Send
+        + Sync,
 >;
 
 /// The partition id the catalog's group goes by in a [`RaftOpener`]'s
@@ -395,9 +397,10 @@ pub struct RaftOpener<N> {
     /// The transport of one partition's group (of the catalog's for
     /// [`CATALOG_PARTITION`]).
     pub network: Box<dyn Fn(PartitionId) -> N + Send + Sync>,
-    /// Called with each started group and whether it started empty (the
-    /// transport's receiving side registers it here, an empty one with a
-    /// [`crate::rejoin::Rejoin`], which it returns for the group's status).
+    /// Called with each started group, whether it started empty, and its
+    /// spec (the transport's receiving side registers it here, an empty
+    /// one with a [`crate::rejoin::Rejoin`] that asks the spec's other
+    /// members for their terms, which it returns for the group's status).
     pub started: Started,
     /// The runtime the groups run on.
     pub handle: Handle,
@@ -614,11 +617,11 @@ where
                 config,
                 spec.me,
                 spec.first(),
-                spec.members,
+                spec.members.clone(),
                 network,
                 log,
                 machine,
-                |raft, empty| rejoin = (self.started)(id, raft.clone(), empty),
+                |raft, empty| rejoin = (self.started)(id, raft.clone(), empty, &spec),
             ))
             .map_err(|e| StoreError::Unavailable(format!("{what} group: {e}")))?;
         Ok(RaftGroup {

@@ -23,6 +23,9 @@
 //! - [`HeartbeatTicker`]: one heartbeat timer per node for all the groups
 //!   it leads, instead of one per group, opening the round in which their
 //!   heartbeats are gathered.
+//! - [`terms`]: a replica that started empty asks its group's other
+//!   replicas for their terms before it takes a message
+//!   ([`crate::rejoin`] says why).
 //!
 //! So the groups two nodes share use one connection, and their heartbeats
 //! one call per interval between the pair (in each direction a node
@@ -32,12 +35,14 @@ pub mod batch;
 pub mod heartbeat;
 pub mod peers;
 pub mod service;
+pub mod terms;
 pub mod wire;
 
 pub use batch::Batching;
 pub use heartbeat::{HeartbeatTicker, ticked_config};
 pub use peers::{Connection, Peers, RpcNetwork};
 pub use service::{RaftService, Received, Split};
+pub use terms::Asking;
 
 use crate::PartitionMachine;
 use crate::blocking::{ReplicaError, ReplicaResult};
@@ -54,6 +59,16 @@ pub const RAFT_METHOD: &str = "raft";
 /// The RPC method that carries a batch of appends of several groups
 /// ([`batch`]).
 pub const RAFT_BATCH_METHOD: &str = "raft_batch";
+
+/// The RPC method by which a replica that started empty asks a peer for
+/// its term in a group ([`terms`]).
+pub const RAFT_TERMS_METHOD: &str = "raft_terms";
+
+/// Whether `method` is one of the Raft transport's ([`Split`] sends them
+/// to the [`RaftService`]).
+pub fn is_raft_method(method: &str) -> bool {
+    method == RAFT_METHOD || method == RAFT_BATCH_METHOD || method == RAFT_TERMS_METHOD
+}
 
 /// A group's id: a partition's group id is its partition number.
 pub type GroupId = u32;
@@ -155,6 +170,7 @@ pub async fn start_group_with<L: RaftLogStorage<TypeConfig>>(
     peers: Arc<Peers>,
     service: &RaftService,
 ) -> ReplicaResult<PartitionRaft> {
+    let asking = Asking::of(&peers, me, &members);
     let network = RpcNetwork::new(group, peers);
     let first = members.keys().next().copied();
     let started = crate::group::launch(
@@ -167,7 +183,7 @@ pub async fn start_group_with<L: RaftLogStorage<TypeConfig>>(
         machine,
         |raft, empty| {
             // Reachable before it may campaign, so its peers' answers find it.
-            service.register_as(group, raft.clone(), empty);
+            service.register_as(group, raft.clone(), empty, asking);
         },
     )
     .await;

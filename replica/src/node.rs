@@ -26,7 +26,7 @@
 //! never an edit of the file under a running cluster.
 
 use crate::group::{GroupLogs, GroupSpec, LOG_CACHE_BYTES, RaftOpener, turn_of};
-use crate::net::{HeartbeatTicker, Peers, RaftService, RpcNetwork};
+use crate::net::{Asking, HeartbeatTicker, Peers, RaftService, RpcNetwork};
 use crate::wal::Wal;
 use laneway_store::cluster::{ClusterFile, NodeId};
 use laneway_store::ids::PartitionId;
@@ -92,6 +92,7 @@ impl NodeReplication {
         let service = Arc::new(RaftService::new());
         let peers = Arc::new(Peers::new(Signer::new(secret)));
         let registry = Arc::clone(&service);
+        let asked_through = Arc::clone(&peers);
         let catalog = specs.catalog.clone();
         let ticker = HeartbeatTicker::start(
             &handle,
@@ -103,8 +104,9 @@ impl NodeReplication {
             spec: Box::new(move |p| specs.of_partition(p)),
             catalog,
             network: Box::new(move |p: PartitionId| RpcNetwork::new(p.0, Arc::clone(&peers))),
-            started: Box::new(move |p: PartitionId, raft, empty| {
-                registry.register_as(p.0, raft, empty)
+            started: Box::new(move |p: PartitionId, raft, empty, spec: &GroupSpec| {
+                let asking = Asking::of(&asked_through, spec.me, &spec.members);
+                registry.register_as(p.0, raft, empty, asking)
             }),
             handle,
             snapshot_entries,

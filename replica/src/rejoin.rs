@@ -32,14 +32,33 @@
 //! there has nothing a wiped replica could have acknowledged, and its
 //! request is handed to the group as usual.
 //!
-//! Not covered: a replica that lost its disk has also forgotten the term
-//! it voted in. After catching up it holds the term of the leader it
-//! caught up with; if a deposed leader of an older term is what reached
-//! it, it could vote a second time in a term it voted in before the wipe.
-//! That needs a stale leader still replicating while a newer election is
-//! under way, and the wipe and restart in between.
+//! A replica that lost its disk has also forgotten the votes it cast and
+//! the leaders it acknowledged. Left at term 0, it would take the appends
+//! of a leader deposed by a newer election it had voted in, if that
+//! leader had not heard of the newer one yet (cut off from the new leader,
+//! not from it): it could catch up with that leader, count in its quorum
+//! beside the one replica still following it, and commit over entries the
+//! newer leader committed with its acknowledgement before the wipe; or it
+//! could vote again below a vote it had cast. So before it takes any
+//! append or snapshot chunk it hears from each other replica of its group
+//! (as the cluster file names them) what its vote is, by asking it
+//! ([`crate::net::terms`]). The
+//! highest of those votes is its floor ([`floor`]): while it abstains it
+//! takes no message of a leader below the floor, and grants no vote below
+//! it (a new group's first election included). Every vote it cast or
+//! leader it acknowledged before the wipe is within the floor: it went to
+//! a candidate or leader among the other replicas, whose vote has been at
+//! least that since (votes only grow; its own candidacy that no other
+//! replica heard elected nobody). Until every other replica has been
+//! heard from, it takes nothing, so with one of them down and silent its
+//! group waits (a group that lost two replicas' state has nothing safe to
+//! elect from). Once it has caught up, its Raft's own vote (a leader's, at
+//! least the floor) refuses older ones as for any replica.
+
+pub mod floor;
 
 use crate::types::{NodeId, PartitionRaft, TypeConfig};
+use floor::{Floor, Leader};
 use openraft::error::RaftError;
 use openraft::raft::{AppendEntriesRequest, VoteRequest, VoteResponse};
 use openraft::{BasicNode, RaftMetrics, ServerState};
@@ -54,21 +73,45 @@ pub struct Rejoin {
     /// The commit index (of a leader's own term) to apply before voting,
     /// once an append said it.
     until: Mutex<Option<u64>>,
-}
-
-impl Default for Rejoin {
-    fn default() -> Self {
-        Rejoin::new()
-    }
+    /// What it has heard of its peers' votes: no message of a leader
+    /// below their highest is taken while abstaining.
+    floor: Floor,
 }
 
 impl Rejoin {
-    /// A replica that started empty: abstaining.
-    pub fn new() -> Rejoin {
+    /// A replica that started empty, in a group whose other replicas are
+    /// `others`: abstaining.
+    pub fn new(others: impl IntoIterator<Item = NodeId>) -> Rejoin {
         Rejoin {
             abstaining: AtomicBool::new(true),
             until: Mutex::new(None),
+            floor: Floor::new(others),
         }
+    }
+
+    /// Note that peer `from` answered that its vote is `vote`
+    /// ([`Floor::heard`]).
+    pub fn heard(&self, from: NodeId, vote: Leader) {
+        if self.abstaining() {
+            self.floor.heard(from, vote);
+        }
+    }
+
+    /// The peers not heard from yet.
+    pub fn unheard(&self) -> Vec<NodeId> {
+        self.floor.unheard()
+    }
+
+    /// The floor, once every peer was heard from.
+    pub fn floor(&self) -> Option<Leader> {
+        self.floor.get()
+    }
+
+    /// Whether a message (append or snapshot chunk) of `leader` may reach
+    /// the group: always once caught up; while abstaining, only when the
+    /// floor is known and `leader` is not below it.
+    pub fn admits(&self, leader: &Leader) -> bool {
+        !self.abstaining() || self.floor.admits(leader)
     }
 
     /// Whether it still refuses votes.
@@ -125,8 +168,14 @@ impl Rejoin {
     /// Whether `req` may be handed to the group, this replica as `m`
     /// shows it.
     pub fn may_vote(&self, req: &VoteRequest<NodeId>, m: &RaftMetrics<NodeId, BasicNode>) -> bool {
-        // Else only a new group's first election: nothing to have forgotten.
-        !self.settle(m) || req.last_log_id.is_none_or(|l| l.index == 0)
+        if !self.settle(m) {
+            return true;
+        }
+        // Else only a new group's first election (nothing to have
+        // forgotten), for a candidate not below any vote the replica may
+        // have cast.
+        let first = req.last_log_id.is_none_or(|l| l.index == 0);
+        first && self.floor.admits(req.vote.leader_id())
     }
 }
 
@@ -181,9 +230,18 @@ mod tests {
         m
     }
 
+    /// A replica that started empty in a group with nodes 2 and 3.
+    fn empty() -> Rejoin {
+        Rejoin::new([2, 3])
+    }
+
+    fn vote(term: u64, node: NodeId) -> Leader {
+        Leader::new(term, node)
+    }
+
     #[test]
     fn an_empty_replica_elected_leader_votes_again() {
-        let r = Rejoin::new();
+        let r = empty();
         assert!(r.settle(&at(None)));
         let mut m = at(Some(0));
         m.state = ServerState::Leader;
@@ -193,7 +251,11 @@ mod tests {
 
     #[test]
     fn an_empty_replica_votes_in_a_new_group_s_first_election_only() {
-        let r = Rejoin::new();
+        let r = empty();
+        // Not before it heard its peers' votes.
+        r.heard(2, vote(9, 2));
+        assert!(!r.may_vote(&candidate(None), &at(None)));
+        r.heard(3, vote(0, 0));
         assert!(r.may_vote(&candidate(None), &at(None)));
         assert!(r.may_vote(&candidate(Some(log_id(0, 0))), &at(None)));
         assert!(!r.may_vote(&candidate(Some(log_id(3, 40))), &at(None)));
@@ -201,8 +263,38 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_replica_votes_for_no_candidate_below_its_peers_votes() {
+        let r = empty();
+        r.heard(2, vote(9, 2));
+        r.heard(3, vote(9, 3));
+        // Node 3 stood in term 9 after node 2: this replica may have
+        // voted for it.
+        assert!(!r.may_vote(&candidate(None), &at(None)));
+        let again = VoteRequest::new(Vote::new(9, 3), None);
+        assert!(r.may_vote(&again, &at(None)), "the highest vote itself");
+        let later = VoteRequest::new(Vote::new(10, 2), None);
+        assert!(r.may_vote(&later, &at(None)));
+    }
+
+    #[test]
+    fn an_empty_replica_takes_no_message_of_a_leader_below_its_peers_votes() {
+        let r = empty();
+        assert!(!r.admits(&vote(7, 2)), "nothing before its peers are heard");
+        r.heard(2, vote(7, 2));
+        r.heard(3, vote(6, 3));
+        assert!(!r.admits(&vote(6, 3)), "a deposed leader");
+        assert!(!r.admits(&vote(7, 1)), "an older leader of the same term");
+        assert!(r.admits(&vote(7, 2)));
+        assert!(r.admits(&vote(8, 3)));
+        // Caught up, its Raft's own vote judges.
+        r.saw_append(&append(7, Some(log_id(7, 3))));
+        assert!(!r.update(Some(3)));
+        assert!(r.admits(&vote(1, 1)));
+    }
+
+    #[test]
     fn it_votes_again_once_it_applied_a_commit_of_a_leader_s_own_term() {
-        let r = Rejoin::new();
+        let r = empty();
         // A commit index of an older term says nothing of what committed.
         r.saw_append(&append(5, Some(log_id(4, 30))));
         assert!(!r.may_vote(&candidate(Some(log_id(5, 50))), &at(Some(30))));

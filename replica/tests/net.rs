@@ -7,19 +7,26 @@
 //! that was stopped catches up after a restart on the same port, from the
 //! log, or, once the leader purged the log it missed, from a snapshot sent
 //! in several chunks over the RPC; a node that lost its disk does not
-//! vote a replica that lacks committed writes into leadership.
+//! vote a replica that lacks committed writes into leadership, and takes
+//! no append (a deposed leader's of an older term included) before its
+//! peers have told it their terms.
 //!
 //! Waits are bounded by generous timeouts that only turn a hang into a
 //! failure; nothing asserts how long anything took.
 
+use laneway_replica::net::wire::{RaftAnswer, RaftMsg, RaftReply, RaftRequest};
 use laneway_replica::net::{
-    GroupId, HeartbeatTicker, Peers, RaftService, group_config, raft_node_id, ticked_config,
+    GroupId, HeartbeatTicker, Peers, RAFT_METHOD, RaftService, group_config, raft_node_id,
+    ticked_config,
 };
 use laneway_replica::{Mutation, NodeId, PartitionRaft, open_group};
 use laneway_store::Engine;
 use laneway_store::index::{MetaIndex, WriteBatch};
-use laneway_store::rpc::{Handler, RpcServer, ServerOptions, Signer};
-use openraft::{BasicNode, Config, SnapshotPolicy};
+use laneway_store::rpc::{
+    CallOptions, Handler, RpcClient, RpcError, RpcServer, ServerOptions, Signer, WireCode,
+};
+use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse};
+use openraft::{BasicNode, Config, SnapshotPolicy, Vote};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -185,6 +192,19 @@ impl Cluster {
             node.service.unregister(group);
             replica.raft.shutdown().await.expect("shutdown");
         }
+    }
+
+    /// Stop node `id` and delete its data directory (a lost disk).
+    async fn wipe_node(&mut self, id: NodeId) {
+        self.stop_node(id).await;
+        let name = self.names[&id].0.clone();
+        std::fs::remove_dir_all(self.root.path().join(name)).expect("wipe");
+    }
+
+    /// The two running nodes other than `id`.
+    fn others_than(&self, id: NodeId) -> (NodeId, NodeId) {
+        let others: Vec<NodeId> = self.running.keys().copied().filter(|n| *n != id).collect();
+        (others[0], others[1])
     }
 
     /// Start node `id` again, on the port it had.
@@ -404,13 +424,7 @@ async fn a_node_that_lost_its_disk_elects_no_replica_missing_what_it_acknowledge
     let mut acked = Acked::new();
     write_many(&cluster, &mut acked, 1, 0..5, 16).await;
     let leader = cluster.leader(1).await;
-    let others: Vec<NodeId> = cluster
-        .running
-        .keys()
-        .copied()
-        .filter(|id| *id != leader)
-        .collect();
-    let (wiped, lagging) = (others[0], others[1]);
+    let (wiped, lagging) = cluster.others_than(leader);
     // Writes committed by the leader and `wiped` alone.
     cluster.stop_node(lagging).await;
     let last = write_many(&cluster, &mut acked, 1, 5..15, 16).await;
@@ -418,9 +432,7 @@ async fn a_node_that_lost_its_disk_elects_no_replica_missing_what_it_acknowledge
     // `wiped` loses its disk and comes back empty; the leader, the one
     // other replica holding those writes, is down; the lagging replica is
     // back, and only `wiped`'s vote could make it leader.
-    cluster.stop_node(wiped).await;
-    let name = cluster.names[&wiped].0.clone();
-    std::fs::remove_dir_all(cluster.root.path().join(name)).expect("wipe");
+    cluster.wipe_node(wiped).await;
     cluster.stop_node(leader).await;
     cluster.restart_node(lagging).await;
     cluster.restart_node(wiped).await;
@@ -447,6 +459,84 @@ async fn a_node_that_lost_its_disk_elects_no_replica_missing_what_it_acknowledge
     let last = write_many(&cluster, &mut acked, 1, 16..18, 16).await;
     assert_replicated(&cluster, &acked, &BTreeMap::from([(1, last)])).await;
     assert!(!cluster.running[&wiped].service.abstaining(1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_lost_its_disk_takes_no_append_before_its_peers_told_it_their_terms() {
+    let mut cluster = Cluster::start().await;
+    let mut acked = Acked::new();
+    write_many(&cluster, &mut acked, 1, 0..3, 16).await;
+    // A later term: the first leader stops, another is elected and
+    // commits, and the first comes back as a follower.
+    let first = cluster.leader(1).await;
+    cluster.stop_node(first).await;
+    write_many(&cluster, &mut acked, 1, 3..6, 16).await;
+    cluster.restart_node(first).await;
+    let leader = cluster.leader(1).await;
+    let term = cluster
+        .replica(leader, 1)
+        .raft
+        .metrics()
+        .borrow()
+        .current_term;
+    assert!(term >= 2, "a second election ({term})");
+    let (wiped, down) = cluster.others_than(leader);
+    // `wiped` loses its disk and comes back empty while `down` is down.
+    cluster.stop_node(down).await;
+    cluster.wipe_node(wiped).await;
+    cluster.restart_node(wiped).await;
+    // A deposed leader of term 1 (as one cut off from the newer leader
+    // would still be) reaches it first: refused, as is every append until
+    // both peers told it their terms.
+    let stale = stale_append(&cluster, wiped, first).await;
+    assert!(
+        matches!(&stale, Err(RpcError::Remote(e)) if e.code == WireCode::Unavailable),
+        "{stale:?}"
+    );
+    assert_eq!(cluster.running[&wiped].service.floor(1), None);
+    assert!(cluster.running[&wiped].service.abstaining(1));
+    // `down` is back: the wiped replica learns the terms, takes the
+    // leader's appends and catches up.
+    cluster.restart_node(down).await;
+    let last = write_many(&cluster, &mut acked, 1, 6..8, 16).await;
+    assert_replicated(&cluster, &acked, &BTreeMap::from([(1, last)])).await;
+    let floor = cluster.running[&wiped].service.floor(1);
+    assert!(floor.is_some_and(|f| f >= term), "{floor:?} against {term}");
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while cluster.running[&wiped].service.abstaining(1) {
+        assert!(tokio::time::Instant::now() < deadline, "still abstaining");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Caught up, its Raft refuses the older term itself.
+    let stale = stale_append(&cluster, wiped, first).await;
+    assert!(
+        matches!(
+            &stale,
+            Ok(RaftAnswer::Append(Ok(AppendEntriesResponse::HigherVote(_))))
+        ),
+        "{stale:?}"
+    );
+}
+
+/// What node `to` answers a heartbeat of group 1 from `from` as a leader
+/// of term 1.
+async fn stale_append(cluster: &Cluster, to: NodeId, from: NodeId) -> Result<RaftAnswer, RpcError> {
+    let append = AppendEntriesRequest {
+        vote: Vote::new_committed(1, from),
+        prev_log_id: None,
+        entries: Vec::new(),
+        leader_commit: None,
+    };
+    let args = RaftRequest::new(1, RaftMsg::Append(append))
+        .encode()
+        .expect("encode");
+    let client = RpcClient::new(cluster.names[&to].1.to_string(), Signer::new(SECRET));
+    let opts = CallOptions {
+        deadline: Duration::from_secs(5),
+        stall: Duration::from_secs(5),
+    };
+    let (payload, _) = client.call(RAFT_METHOD, args.into(), None, &opts).await?;
+    Ok(RaftReply::decode(&payload).expect("decode reply").answer)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

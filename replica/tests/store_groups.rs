@@ -203,7 +203,7 @@ fn open_store(
             initializer: None,
         }),
         network: Box::new(move |p: PartitionId| net[p.0 as usize].clone()),
-        started: Box::new(move |p: PartitionId, raft, _| {
+        started: Box::new(move |p: PartitionId, raft, _, _: &GroupSpec| {
             started[p.0 as usize].add(me, raft);
             None
         }),

@@ -13,17 +13,24 @@
 //! NoSuchBucket. Only the commit is gated, never a body still streaming
 //! from a client.
 //!
-//! Bucket ids are never reused and a bucket resolved before a restart
-//! cannot be in flight after it, so the set of dead ids lives in memory
-//! (8 bytes per bucket deleted since start). Buckets share 64 stripes, so a
-//! DeleteBucket briefly delays commits of the buckets of its stripe only.
+//! Bucket ids are never reused. On a single node a bucket resolved before
+//! a restart cannot be in flight after it, so its dead ids live in memory
+//! (8 bytes per bucket deleted since start). A cluster node's seals
+//! ([`BucketGate::seal`]) are also written to the data directory and read
+//! back at the next start ([`crate::seals`]): the gateways that resolve
+//! buckets are other processes, which outlive the node's restart. Buckets
+//! share 64 stripes, so a DeleteBucket briefly delays commits of the
+//! buckets of its stripe only.
 
 use crate::commit::Op;
 use crate::error::{StoreError, StoreResult};
 use crate::ids::BucketId;
 use crate::multipart::MpOp;
+use crate::seals::SealFile;
 use parking_lot::Mutex;
 use std::collections::HashSet;
+use std::path::Path;
+use std::time::SystemTime;
 use tokio::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 const STRIPES: usize = 64;
@@ -32,6 +39,8 @@ const STRIPES: usize = 64;
 pub struct BucketGate {
     stripes: Vec<RwLock<()>>,
     dead: Mutex<HashSet<BucketId>>,
+    /// Where seals are kept across restarts (`None`: in memory only).
+    seals: Option<SealFile>,
 }
 
 impl Default for BucketGate {
@@ -39,6 +48,7 @@ impl Default for BucketGate {
         BucketGate {
             stripes: (0..STRIPES).map(|_| RwLock::new(())).collect(),
             dead: Mutex::new(HashSet::new()),
+            seals: None,
         }
     }
 }
@@ -85,9 +95,42 @@ impl BucketGate {
         self.dead.lock().insert(bucket);
     }
 
-    /// Undo [`BucketGate::bury`]: a cluster DeleteBucket sealed this node
-    /// but another node still held objects, so the bucket lives on.
+    /// A cluster node's [`BucketGate::bury`] (under
+    /// [`BucketGate::exclusive`]): the seal is written to the seal file
+    /// first, so a restart within [`crate::seals::SEAL_KEEP`] keeps it.
+    pub fn seal(&self, bucket: BucketId) -> StoreResult<()> {
+        if let Some(seals) = &self.seals {
+            seals.record(bucket, SystemTime::now())?;
+        }
+        self.bury(bucket);
+        Ok(())
+    }
+
+    /// Undo [`BucketGate::bury`] or [`BucketGate::seal`]: a cluster
+    /// DeleteBucket sealed this node but another node still held objects,
+    /// so the bucket lives on. A seal file that cannot be rewritten keeps
+    /// the seal for a restart within its keep (logged).
     pub fn revive(&self, bucket: BucketId) {
         self.dead.lock().remove(&bucket);
+        if let Some(seals) = &self.seals
+            && let Err(e) = seals.forget(bucket)
+        {
+            tracing::warn!(bucket = bucket.0, error = %e,
+                "could not remove a revived bucket's seal from the seal file; a restart soon would refuse writes into it on this node until the seal is old");
+        }
+    }
+
+    /// The gate of the store in `dir`, with the seals its seal file kept
+    /// ([`crate::seals`]).
+    pub fn open(dir: &Path) -> StoreResult<BucketGate> {
+        let (file, live) = SealFile::open(dir, SystemTime::now())?;
+        let gate = BucketGate {
+            seals: Some(file),
+            ..BucketGate::default()
+        };
+        for bucket in live {
+            gate.bury(bucket);
+        }
+        Ok(gate)
     }
 }

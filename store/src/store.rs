@@ -162,7 +162,7 @@ impl Store {
             segment_max: space.segment_cap(cfg.segment_max),
             ..cfg
         };
-        let gate = Arc::new(crate::gate::BucketGate::default());
+        let gate = Arc::new(crate::gate::BucketGate::open(dir)?);
         let hosted = hosted_ids(&cfg, layout.partitions)?;
         let share = u32::try_from(hosted.len()).unwrap_or(u32::MAX).max(1);
         let mem = crate::index::IndexMemory::share(cfg.index_memory, share);
@@ -343,8 +343,7 @@ impl Store {
         if self.bucket_usage(bucket)?.objects != 0 {
             return Err(StoreError::BucketNotEmpty);
         }
-        self.gate.bury(bucket);
-        Ok(())
+        self.gate.seal(bucket)
     }
 
     /// [`Store::seal_bucket`] checking only partitions `ids` (those this
@@ -360,8 +359,7 @@ impl Store {
         if usage_over(&parts, bucket)?.objects != 0 {
             return Err(StoreError::BucketNotEmpty);
         }
-        self.gate.bury(bucket);
-        Ok(())
+        self.gate.seal(bucket)
     }
 
     /// Undo [`Store::seal_bucket`] (another node was not empty).

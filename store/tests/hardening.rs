@@ -281,6 +281,48 @@ async fn delete_bucket_and_a_write_in_flight_never_both_win() {
     store.shutdown();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_node_s_seal_outlives_its_restart_and_a_revive_does_too() {
+    // A cluster DeleteBucket seals every store node; a gateway that still
+    // caches the bucket may send a write after the node restarted.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = open(dir.path());
+    let sealed = store.create_bucket(&tenant(), "gone", "r").expect("bucket");
+    let revived = store.create_bucket(&tenant(), "kept", "r").expect("bucket");
+    put(&store, &revived, "k", b"before").await;
+    store.seal_bucket_in(sealed.id, &[]).await.expect("seal");
+    store.seal_bucket_in(revived.id, &[]).await.expect("seal");
+    store.revive_bucket(revived.id).await;
+    store.shutdown();
+    drop(store);
+
+    let store = open(dir.path());
+    let r = store
+        .put_object(&sealed, "k", Default::default(), opts(4), body(b"late"))
+        .await;
+    assert!(matches!(r, Err(StoreError::NoSuchBucket)), "{r:?}");
+    let r = store
+        .create_multipart_upload(&sealed, "k", Default::default(), Vec::new())
+        .await;
+    assert!(matches!(r, Err(StoreError::NoSuchBucket)), "{r:?}");
+    let u = store.bucket_usage(sealed.id).expect("usage");
+    assert_eq!((u.objects, u.bytes), (0, 0), "nothing under the sealed id");
+    put(&store, &revived, "k2", b"after").await;
+    assert_eq!(store.bucket_usage(revived.id).expect("usage").objects, 2);
+    // A checked seal that finds objects seals nothing, then or later.
+    let r = store.seal_bucket(revived.id).await;
+    assert!(matches!(r, Err(StoreError::BucketNotEmpty)), "{r:?}");
+    store.shutdown();
+    drop(store);
+    let store = open(dir.path());
+    put(&store, &revived, "k3", b"again").await;
+    let r = store
+        .put_object(&sealed, "k", Default::default(), opts(4), body(b"late"))
+        .await;
+    assert!(matches!(r, Err(StoreError::NoSuchBucket)), "{r:?}");
+    store.shutdown();
+}
+
 fn names(entries: &[UploadEntry]) -> Vec<String> {
     entries
         .iter()

@@ -34,7 +34,7 @@ use clap::Parser;
 use futures::StreamExt;
 use laneway_bench::cpu::cpu_seconds;
 use laneway_replica::group::{GroupLogs, GroupSpec, RaftOpener};
-use laneway_replica::net::{Batching, HeartbeatTicker, Peers, RaftService, RpcNetwork};
+use laneway_replica::net::{Asking, Batching, HeartbeatTicker, Peers, RaftService, RpcNetwork};
 use laneway_replica::types::NodeId;
 use laneway_replica::wal::Wal;
 use laneway_store::ids::PartitionId;
@@ -247,6 +247,7 @@ fn rf3(args: &Args, rt: &tokio::runtime::Runtime, ticked: bool) -> BenchResult<S
             ServerOptions::default(),
         )?);
         let peers = Arc::new(Peers::with_batching(signer(), batching(args)?));
+        let asked_through = Arc::clone(&peers);
         services.push(Arc::clone(&service));
         if ticked {
             tickers.push(HeartbeatTicker::start(
@@ -280,8 +281,9 @@ fn rf3(args: &Args, rt: &tokio::runtime::Runtime, ticked: bool) -> BenchResult<S
                 initializer: None,
             }),
             network: Box::new(move |p: PartitionId| RpcNetwork::new(p.0, Arc::clone(&peers))),
-            started: Box::new(move |p: PartitionId, raft, empty| {
-                service.register_as(p.0, raft, empty)
+            started: Box::new(move |p: PartitionId, raft, empty, spec: &GroupSpec| {
+                let asking = Asking::of(&asked_through, spec.me, &spec.members);
+                service.register_as(p.0, raft, empty, asking)
             }),
             handle: rt.handle().clone(),
             snapshot_entries: laneway_replica::group::SNAPSHOT_ENTRIES,

@@ -14,7 +14,9 @@
 //! refuses that group's calls with a hint to the leader.
 //!
 //! Startup prints one line on stdout once the RPC port is bound and the
-//! store open: `laneway store node ID listening on rpc://ADDR`.
+//! store open: `laneway store node ID listening on rpc://ADDR`. The port
+//! serves the groups' messages from before that, each group's once it is
+//! open, and answers the node's own calls `Unavailable` until then.
 
 use clap::Args;
 use laneway_replica::net::Split;
@@ -23,7 +25,9 @@ use laneway_store::cluster::{FileMapSource, MapSource, NodeId};
 use laneway_store::node::NodeService;
 use laneway_store::node::lanes::NodeLanes;
 use laneway_store::remote::RemoteStore;
-use laneway_store::rpc::{CallOptions, RpcServer, ServerOptions, Signer};
+use laneway_store::rpc::{
+    CallOptions, Handler, Reply, RpcServer, ServerOptions, Signer, WireCode, WireError,
+};
 use laneway_store::{Store, StoreConfig, StoreError};
 use std::io::Write;
 use std::path::PathBuf;
@@ -117,6 +121,29 @@ pub async fn run(args: StoreArgs) -> Result<(), NodeError> {
             source,
         })?;
     let replication = replication_of(&file, &node, &secret, &args)?;
+    // Served from here on: the Raft messages of each group as soon as it
+    // is open (the peers' elections and their replicas that started empty
+    // need this node's answers while the rest of its store opens), the
+    // node's own methods once the store is open (`Opening`).
+    let opening = Arc::new(Opening::default());
+    let own: Arc<dyn Handler> = Arc::clone(&opening) as Arc<dyn Handler>;
+    let handler: Arc<dyn Handler> = match &replication {
+        Some(r) => Arc::new(Split {
+            raft: Arc::clone(&r.service),
+            rest: own,
+        }),
+        None => own,
+    };
+    let server = RpcServer::start(
+        listener,
+        handler,
+        Signer::new(&secret),
+        ServerOptions::default(),
+    )
+    .map_err(|source| NodeError::Bind {
+        addr: args.listen.clone(),
+        source,
+    })?;
     let groups = replication.as_ref().map(|r| r.opener.clone());
     let store = open_store(&args, &map_source, &node, groups).await?;
     start_compactor(&store, args.compact_every);
@@ -132,23 +159,7 @@ pub async fn run(args: StoreArgs) -> Result<(), NodeError> {
         node_lanes,
         Arc::new(cluster),
     );
-    let handler: Arc<dyn laneway_store::rpc::Handler> = match &replication {
-        Some(r) => Arc::new(Split {
-            raft: Arc::clone(&r.service),
-            rest: Arc::new(service),
-        }),
-        None => Arc::new(service),
-    };
-    let server = RpcServer::start(
-        listener,
-        handler,
-        Signer::new(&secret),
-        ServerOptions::default(),
-    )
-    .map_err(|source| NodeError::Bind {
-        addr: args.listen.clone(),
-        source,
-    })?;
+    opening.open(Arc::new(service));
     announce(&node, server.local_addr());
     spawn_lanes_log(lanes_view);
     crate::server::serve::shutdown_signal().await;
@@ -157,6 +168,38 @@ pub async fn run(args: StoreArgs) -> Result<(), NodeError> {
     tracing::info!("syncing and closing the store");
     tokio::task::spawn_blocking(move || store.shutdown()).await?;
     Ok(())
+}
+
+/// The node's own methods (everything but the Raft transport's), which
+/// answer `Unavailable` until the store is open: a caller retries as it
+/// does for a node that is down.
+#[derive(Default)]
+struct Opening {
+    service: std::sync::OnceLock<Arc<dyn Handler>>,
+}
+
+impl Opening {
+    /// Serve the node's methods through `service` from now on.
+    fn open(&self, service: Arc<dyn Handler>) {
+        let _ = self.service.set(service);
+    }
+}
+
+impl Handler for Opening {
+    fn call(
+        &self,
+        method: String,
+        args: bytes::Bytes,
+        body: laneway_store::BodyStream,
+    ) -> futures::future::BoxFuture<'static, Result<Reply, WireError>> {
+        match self.service.get() {
+            Some(service) => service.call(method, args, body),
+            None => Box::pin(std::future::ready(Err(WireError::new(
+                WireCode::Unavailable,
+                "the store node is still opening its store",
+            )))),
+        }
+    }
 }
 
 /// The node's groups when the cluster replicates (`replicas` above 1).

@@ -7,6 +7,12 @@
 //! as an unreachable target and backs off from; an undecodable message is
 //! `BadCall`. The group's own errors travel inside the reply.
 //!
+//! A replica that started empty takes no append or snapshot chunk (a lone
+//! call is answered `Unavailable`, a batched append `NotHosted`) until it
+//! has heard every peer's vote, nor one of a leader below them. A
+//! [`RAFT_TERMS_METHOD`] call is answered with this node's vote in the
+//! group it names ([`super::terms`], [`crate::rejoin`]).
+//!
 //! A [`RAFT_BATCH_METHOD`] call carries appends of several groups: each
 //! is handed to its group at once (the groups answer concurrently, so a
 //! slow one delays only the call's reply, not the others' work), and the
@@ -18,11 +24,14 @@
 //! group its leader shares with this node.
 
 use super::batch::MAX_BATCH;
+use super::terms::Asking;
+use super::wire::TermAsk;
 use super::wire::{
     BatchAnswer, RaftAnswer, RaftBatch, RaftBatchReply, RaftMsg, RaftReply, RaftRequest,
 };
-use super::{GroupId, HEARTBEAT_INTERVAL_MS, RAFT_BATCH_METHOD, RAFT_METHOD};
+use super::{GroupId, HEARTBEAT_INTERVAL_MS, RAFT_BATCH_METHOD, RAFT_METHOD, RAFT_TERMS_METHOD};
 use crate::rejoin::Rejoin;
+use crate::rejoin::floor::Leader;
 use crate::types::{NodeId, PartitionRaft, TypeConfig};
 use bytes::Bytes;
 use futures::future::BoxFuture;
@@ -100,17 +109,24 @@ impl RaftService {
     }
 
     /// [`RaftService::register`], for a replica that started `empty` (no
-    /// log, no vote) with a [`Rejoin`]: it answers vote requests through
-    /// it ([`crate::rejoin`]) until it has caught up. Returns that
-    /// [`Rejoin`], for the group's status.
+    /// log, no vote) with a [`Rejoin`]: it asks the group's other
+    /// replicas (`asking`) for their terms, takes no append or snapshot
+    /// chunk until all have answered nor one of an older term than theirs,
+    /// and answers vote requests through it ([`crate::rejoin`]) until it
+    /// has caught up. Returns that [`Rejoin`], for the group's status.
     pub fn register_as(
         &self,
         group: GroupId,
         raft: PartitionRaft,
         empty: bool,
+        asking: Asking,
     ) -> Option<Arc<Rejoin>> {
-        let rejoin = empty.then(|| Arc::new(Rejoin::new()));
+        let others = asking.others.iter().map(|(id, _)| *id);
+        let rejoin = empty.then(|| Arc::new(Rejoin::new(others)));
         self.host(group, raft, rejoin.clone());
+        if let Some(rejoin) = &rejoin {
+            super::terms::start_learning(rejoin, group, asking);
+        }
         rejoin
     }
 
@@ -144,6 +160,15 @@ impl RaftService {
         self.hosted(group)
             .and_then(|h| h.rejoin)
             .is_some_and(|r| r.abstaining())
+    }
+
+    /// The term of the floor of `group`'s replica here, if it started
+    /// empty and has heard every peer's vote ([`Rejoin::floor`]).
+    pub fn floor(&self, group: GroupId) -> Option<u64> {
+        self.hosted(group)
+            .and_then(|h| h.rejoin)
+            .and_then(|r| r.floor())
+            .map(|f| f.term)
     }
 
     fn hosted(&self, group: GroupId) -> Option<Hosted> {
@@ -209,8 +234,23 @@ impl RaftService {
         })
     }
 
+    /// Answer a [`RAFT_TERMS_METHOD`] call: this node's term in the group
+    /// ([`super::terms`]).
+    fn call_terms(&self, args: &[u8]) -> Result<Reply, WireError> {
+        let ask = TermAsk::decode(args).map_err(|e| {
+            self.counts.refused.fetch_add(1, Ordering::Relaxed);
+            WireError::new(WireCode::BadCall, e.to_string())
+        })?;
+        let hosted = self.get(ask.group);
+        let payload = super::terms::answer(hosted.as_ref())
+            .encode()
+            .map_err(|e| WireError::new(WireCode::Internal, format!("encode reply: {e}")))?;
+        Ok(Reply::payload(payload))
+    }
+
     /// Each append of a batch with its group's handle (`None`: not
-    /// hosted here).
+    /// hosted here, or a replica that started empty does not take it:
+    /// [`Hosted::admits`]).
     fn route_batch(&self, args: &[u8]) -> Result<Vec<Option<Routed>>, WireError> {
         let batch = RaftBatch::decode(args)
             .map_err(|e| WireError::new(WireCode::BadCall, e.to_string()))?;
@@ -226,7 +266,11 @@ impl RaftService {
         Ok(batch
             .appends
             .into_iter()
-            .map(|(group, rpc)| self.hosted(group).map(|hosted| (hosted, rpc)))
+            .map(|(group, rpc)| {
+                self.hosted(group)
+                    .filter(|h| h.admits(rpc.vote.leader_id()))
+                    .map(|hosted| (hosted, rpc))
+            })
             .collect())
     }
 }
@@ -259,6 +303,14 @@ where
 type Routed = (Hosted, AppendEntriesRequest<TypeConfig>);
 
 impl Hosted {
+    /// Whether a message of a leader whose vote is `sender` may reach the
+    /// group: a replica that started empty takes none before it heard
+    /// every peer's vote, nor one of a leader below them
+    /// ([`Rejoin::admits`]).
+    fn admits(&self, sender: &Leader) -> bool {
+        self.rejoin.as_ref().is_none_or(|r| r.admits(sender))
+    }
+
     /// Hand an append to the group (noting it for a replica that started
     /// empty).
     async fn append(
@@ -297,6 +349,9 @@ impl Handler for RaftService {
         if method == RAFT_BATCH_METHOD {
             return self.call_batch(&args);
         }
+        if method == RAFT_TERMS_METHOD {
+            return Box::pin(std::future::ready(self.call_terms(&args)));
+        }
         // Decoding and the lookup happen before the future, so it holds a
         // handle of its own and no lock.
         let routed = route(self, &method, &args);
@@ -334,11 +389,27 @@ fn route(service: &RaftService, method: &str, args: &[u8]) -> Result<(Hosted, Ra
             format!("raft group {} is not hosted on this node", req.group),
         )
     })?;
+    let admitted = match &req.msg {
+        RaftMsg::Append(rpc) => hosted.admits(rpc.vote.leader_id()),
+        RaftMsg::Snapshot(rpc) => hosted.admits(rpc.vote.leader_id()),
+        // Votes are judged by the group's Rejoin (crate::rejoin::vote).
+        RaftMsg::Vote(_) => true,
+    };
+    if !admitted {
+        return Err(WireError::new(
+            WireCode::Unavailable,
+            format!(
+                "raft group {}'s replica here started empty and takes no message of a leader \
+                 below its peers' votes (nor any before it heard them all)",
+                req.group
+            ),
+        ));
+    }
     Ok((hosted, req.msg))
 }
 
-/// One handler for a node's port: [`RAFT_METHOD`] and [`RAFT_BATCH_METHOD`]
-/// calls go to `raft`,
+/// One handler for a node's port: [`RAFT_METHOD`], [`RAFT_BATCH_METHOD`]
+/// and [`RAFT_TERMS_METHOD`] calls go to `raft`,
 /// every other method to `rest` (the store node's own service).
 pub struct Split {
     /// Receives the Raft messages.
@@ -354,7 +425,7 @@ impl Handler for Split {
         args: Bytes,
         body: BodyStream,
     ) -> BoxFuture<'static, Result<Reply, WireError>> {
-        if method == RAFT_METHOD || method == RAFT_BATCH_METHOD {
+        if super::is_raft_method(&method) {
             self.raft.call(method, args, body)
         } else {
             self.rest.call(method, args, body)

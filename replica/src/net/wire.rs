@@ -231,6 +231,68 @@ impl RaftBatchReply {
     }
 }
 
+/// A replica that started empty asks a peer for its vote in a group
+/// ([`super::RAFT_TERMS_METHOD`], [`super::terms`]).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct TermAsk {
+    /// Format version ([`WIRE_VERSION`]).
+    pub version: u8,
+    /// The group asked about.
+    pub group: GroupId,
+}
+
+/// The answer to a [`TermAsk`].
+#[derive(Debug, Serialize, Deserialize)]
+pub struct TermReply {
+    /// Format version ([`WIRE_VERSION`]).
+    pub version: u8,
+    /// The peer's vote in the group: its term and the node it is for
+    /// (`None`: the group is not hosted there, so its vote is unknown).
+    pub vote: Option<openraft::LeaderId<NodeId>>,
+}
+
+impl TermAsk {
+    /// An ask of the current format.
+    pub fn new(group: GroupId) -> TermAsk {
+        TermAsk {
+            version: WIRE_VERSION,
+            group,
+        }
+    }
+
+    /// The bincode of this ask.
+    pub fn encode(&self) -> Result<Vec<u8>, bincode::Error> {
+        bincode::serialize(self)
+    }
+
+    /// An ask from its bincode, if its version is known.
+    pub fn decode(bytes: &[u8]) -> Result<TermAsk, DecodeError> {
+        check_version(bytes)?;
+        Ok(bincode::deserialize(bytes)?)
+    }
+}
+
+impl TermReply {
+    /// A reply of the current format.
+    pub fn new(vote: Option<openraft::LeaderId<NodeId>>) -> TermReply {
+        TermReply {
+            version: WIRE_VERSION,
+            vote,
+        }
+    }
+
+    /// The bincode of this reply.
+    pub fn encode(&self) -> Result<Vec<u8>, bincode::Error> {
+        bincode::serialize(self)
+    }
+
+    /// A reply from its bincode, if its version is known.
+    pub fn decode(bytes: &[u8]) -> Result<TermReply, DecodeError> {
+        check_version(bytes)?;
+        Ok(bincode::deserialize(bytes)?)
+    }
+}
+
 /// Every record begins with its version byte (bincode writes a `u8` as
 /// one byte), so it can be checked before the rest is decoded.
 fn check_version(bytes: &[u8]) -> Result<(), DecodeError> {

@@ -285,16 +285,18 @@ impl RemoteStore {
     /// (or a leader that cannot be reached in time) revives the bucket on
     /// every node, and the delete fails with its error.
     ///
-    /// A seal is the node's (an in-memory mark its commits check), not the
+    /// A seal is the node's (a mark its commits check), not the
     /// partition group's: a replica elected after the seal would not have
     /// it. So with replicas, every node is sealed first without a check,
     /// and only then are the leaders asked to check: a write committing
     /// anywhere after that meets a seal, and one committed before it is
     /// counted by the check. A node that cannot be reached fails the delete
-    /// (503): it could lead later without the seal. What this does not
-    /// cover: a node that restarts forgets its seals (as a single node
-    /// does; bucket ids are never reused, and a write into a deleted bucket
-    /// needs a gateway that still caches it, [`BUCKET_TTL`]).
+    /// (503): it could lead later without the seal. A node writes its
+    /// seals to its data directory and reads them back when it restarts
+    /// ([`crate::seals`]; bucket ids are never reused, and a write into a
+    /// deleted bucket needs a gateway that still caches it,
+    /// [`BUCKET_TTL`]). What this does not cover: a node that lost its
+    /// disk in that window comes back without them.
     async fn delete_bucket_everywhere(&self, tenant: &TenantId, name: &str) -> StoreResult<()> {
         let b = self.fetch_bucket(tenant, name).await?;
         let map = self.map();
