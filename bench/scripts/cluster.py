@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Cluster benchmarks of docs/benchmarks.md ("Cluster"), in one run.
 
-    bench/scripts/cluster.py [compare|fairness|replicas|rf3put|failover|catchup|move|compact|all]
+    bench/scripts/cluster.py [compare|fairness|replicas|rf3put|failover|catchup|move|compact|start|all]
 
 compare: `laneway serve` and a cluster of one gateway and three store
 nodes (`laneway gateway` + `laneway store`, loopback), each fresh in its
@@ -47,6 +47,12 @@ not change for 3 s. Printed: the volumes left on disk, and the store
 nodes' CPU over the load and the settling, per PUT. At RF 3 each
 partition's leader compacts and every replica deletes the segments
 through the log.
+
+start: ROUNDS (default 3) starts of a new RF 3 cluster (`laneway cluster
+local --replicas 3`, 3 store nodes, 2 gateways, 16 partitions, each in a
+fresh directory): the seconds from the launch to its ready line, and to
+`laneway cluster status` first exiting 0 (every group led, every
+replica up and voting), asked every 0.1 s.
 
 fairness: a cluster of two gateways and three store nodes; tenant a
 (weight 1) has its workers dealt over both gateways, tenant b (weight 3)
@@ -741,6 +747,40 @@ def fairness():
             s.close()
 
 
+def start_rounds():
+    rounds = int(os.environ.get("ROUNDS", "3"))
+    print(f"## start of a new RF 3 cluster ({LANEWAY}), {rounds} rounds")
+    for r in range(rounds):
+        work = tempfile.mkdtemp(prefix="laneway-start-")
+        data = os.path.join(work, "cluster")
+        out = open(os.path.join(work, "local.out"), "w")
+        t0 = time.monotonic()
+        p = subprocess.Popen([LANEWAY, "cluster", "local", "--replicas", "3", "--data-dir", data,
+                              "--base-port", str(PORT)], stdout=out, stderr=subprocess.STDOUT)
+        try:
+            ready = None
+            while ready is None:
+                if time.monotonic() - t0 > 120 or p.poll() is not None:
+                    raise SystemExit(f"cluster local not ready; see {work}/local.out")
+                with open(os.path.join(work, "local.out")) as f:
+                    if "laneway cluster local ready" in f.read():
+                        ready = time.monotonic() - t0
+                time.sleep(0.05)
+            while subprocess.run([LANEWAY, "cluster", "status", "--file",
+                                  os.path.join(data, "cluster.toml"), "--timeout-secs", "1"],
+                                 capture_output=True).returncode != 0:
+                if time.monotonic() - t0 > 120:
+                    raise SystemExit(f"groups not ok after 120 s; see {work}")
+                time.sleep(0.1)
+            ok = time.monotonic() - t0
+            print(f"round {r + 1}: ready line {ready:.2f} s, every group ok {ok:.2f} s")
+        finally:
+            p.send_signal(signal.SIGINT)
+            p.wait(timeout=60)
+            out.close()
+            shutil.rmtree(work, ignore_errors=True)
+
+
 def main():
     what = sys.argv[1] if len(sys.argv) > 1 else "all"
     for b in (LANEWAY, BENCH):
@@ -764,6 +804,8 @@ def main():
         move(cluster(PORT, 1, replicas=3))
     if what == "compact":
         compact()
+    if what == "start":
+        start_rounds()
 
 
 if __name__ == "__main__":

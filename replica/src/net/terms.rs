@@ -7,7 +7,8 @@
 //! or up without the group started, is asked again every [`ASK_EVERY`]
 //! for the first [`ASK_OFTEN_FOR`] (a new cluster's nodes start together,
 //! and its groups' first elections wait for these answers), then every
-//! [`ASK_EVERY_LATER`]. The task ends once every peer was heard from, or
+//! [`ASK_EVERY_LATER`], with a warning naming the peers still silent.
+//! The task ends once every peer was heard from, or
 //! when the replica no longer abstains, or when its group is no longer
 //! hosted (the [`Rejoin`] dropped). Each call has a deadline of
 //! [`ASK_WITHIN`].
@@ -84,6 +85,7 @@ pub fn start_learning(rejoin: &Arc<Rejoin>, group: GroupId, asking: Asking) {
 /// `group`, until every one has been heard from.
 pub async fn learn_floor(rejoin: Weak<Rejoin>, group: GroupId, asking: Asking) {
     let started = tokio::time::Instant::now();
+    let mut warned = false;
     loop {
         let Some(unheard) = still_learning(&rejoin) else {
             return;
@@ -105,12 +107,24 @@ pub async fn learn_floor(rejoin: Weak<Rejoin>, group: GroupId, asking: Asking) {
                 r.heard(*id, vote);
             }
         }
-        drop(r);
-        let pause = if started.elapsed() < ASK_OFTEN_FOR {
+        let waited = started.elapsed();
+        let pause = if waited < ASK_OFTEN_FOR {
             ASK_EVERY
         } else {
             ASK_EVERY_LATER
         };
+        if waited >= ASK_OFTEN_FOR && !warned {
+            warned = true;
+            let unheard = r.unheard();
+            if !unheard.is_empty() {
+                tracing::warn!(
+                    group,
+                    ?unheard,
+                    "replica that started empty (a new or wiped node) still waits for these peers' votes; it takes no message of its group until they answer"
+                );
+            }
+        }
+        drop(r);
         tokio::time::sleep(pause).await;
     }
 }
