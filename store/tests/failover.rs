@@ -49,6 +49,9 @@ struct Fake {
     me: usize,
     ids: Vec<u64>,
     calls: Mutex<Vec<String>>,
+    /// Whether a leader's answer to the leader watch claims its groups
+    /// (else it claims none, as before an election).
+    claiming: std::sync::atomic::AtomicBool,
 }
 
 impl Fake {
@@ -94,6 +97,7 @@ impl Handler for Fake {
         let role = self.role;
         let ids = self.ids.clone();
         let me = ids[self.me];
+        let claiming = self.claiming.load(std::sync::atomic::Ordering::SeqCst);
         Box::pin(async move {
             let env: Envelope =
                 decode(&args).map_err(|e| WireError::new(WireCode::BadCall, e.to_string()))?;
@@ -107,6 +111,8 @@ impl Handler for Fake {
                 )),
                 Role::Lead => {
                     let reply = match env.call {
+                        Call::Groups if !claiming => encode(&Vec::<GroupReport>::new())
+                            .map_err(|e| WireError::new(WireCode::Internal, e.to_string()))?,
                         Call::Groups => encode(&claims(me))
                             .map_err(|e| WireError::new(WireCode::Internal, e.to_string()))?,
                         call => Fake::answer(&call)?,
@@ -207,6 +213,7 @@ async fn fakes_with(roles: [Role; 3], replicas: u32) -> Fakes {
             me,
             ids: ids.clone(),
             calls: Mutex::new(Vec::new()),
+            claiming: std::sync::atomic::AtomicBool::new(true),
         });
         if matches!(role, Role::Down) {
             drop(listener); // refused from now on
@@ -427,6 +434,43 @@ async fn calls_at_a_stopped_leader_end_when_another_replica_claims_the_group() {
         "the round still waits for the stopped node"
     );
     round.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_out_at_a_stopped_leader_hurry_the_watch_to_the_new_claim() {
+    let f = fakes([Role::Hang, Role::Follow(Some(2)), Role::Lead]).await;
+    // Nobody claims the groups yet; the watch ticks every 600 s (its
+    // first round, at once, then waits for the stopped node that long).
+    f.nodes[2]
+        .claiming
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    let client = f.client(600);
+    let _watch = client.watch_leaders(Duration::from_secs(600));
+    let k = key_first_at(&client, 0);
+    let election = async {
+        while f.nodes[0].count("part_size") < 1 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // The read is out at the stopped node; another replica now leads.
+        f.nodes[2]
+            .claiming
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    };
+    let (read, ()) = tokio::time::timeout(Duration::from_secs(20), async {
+        tokio::join!(part_size(&client, &k), election)
+    })
+    .await
+    .expect("the call ends once a hurried round hears the new claim");
+    assert_eq!(read.expect("the read, sent again"), Some(7));
+    assert_eq!(
+        f.nodes[2].count("part_size"),
+        1,
+        "answered by the new leader"
+    );
+    assert!(
+        f.nodes[2].count("groups") >= 2,
+        "the ticking round and at least one hurried round"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -75,6 +75,9 @@ struct Inner {
     leaders: leaders::Leaders,
     /// The leader watch's last round ([`watch`]).
     reports: parking_lot::Mutex<Option<ReplicationView>>,
+    /// Rung by a call waiting long at a replicated group's leader: the
+    /// watch then asks for claims at once ([`watch`]).
+    hurry: Arc<tokio::sync::Notify>,
     /// This client's id in its calls (the nodes split a tenant's window
     /// among the clients that carry it).
     id: u64,
@@ -113,6 +116,7 @@ impl RemoteStore {
                 windows: window::Windows::default(),
                 leaders: leaders::Leaders::default(),
                 reports: parking_lot::Mutex::new(None),
+                hurry: Arc::default(),
                 id: client_id(),
             }),
         })

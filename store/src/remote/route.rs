@@ -513,7 +513,10 @@ impl RemoteStore {
     /// after the `since`-th change of claimed leader (read before `node`
     /// was chosen; `Leaders::deposed`): a leader that stopped or was cut
     /// off keeps the call only until the group elects another, not to its
-    /// deadline.
+    /// deadline. Every [`super::watch::STALL_NUDGE`] the call is out, it
+    /// asks the leader watch for a round of claims at once, so the new
+    /// leader's claim is heard soon after the election, not at the
+    /// watch's next tick.
     async fn unless_deposed<T>(
         &self,
         map: &PartitionMap,
@@ -526,12 +529,23 @@ impl RemoteStore {
             // One replica: no other can claim the group.
             return exchange.await;
         }
-        tokio::select! {
-            answer = exchange => answer,
-            () = self.inner.leaders.deposed(map, target, node, since) => Err(Sent::Lost(format!(
-                "store node {node} stopped leading {target} while the call was out \
-                 (another replica claims it)"
-            ))),
+        let mut exchange = std::pin::pin!(exchange);
+        let mut deposed = std::pin::pin!(self.inner.leaders.deposed(map, target, node, since));
+        let mut nudge = std::pin::pin!(tokio::time::sleep(super::watch::STALL_NUDGE));
+        loop {
+            tokio::select! {
+                answer = &mut exchange => return answer,
+                () = &mut deposed => return Err(Sent::Lost(format!(
+                    "store node {node} stopped leading {target} while the call was out \
+                     (another replica claims it)"
+                ))),
+                () = &mut nudge => {
+                    // Still out: the leader may have stopped, so the watch
+                    // asks the nodes for claims now, not at its next tick.
+                    self.inner.hurry.notify_one();
+                    nudge.as_mut().reset(tokio::time::Instant::now() + super::watch::STALL_NUDGE);
+                }
+            }
         }
     }
 
