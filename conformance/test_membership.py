@@ -10,9 +10,11 @@ in order, each starting from the cluster the one before left:
    among them, and `laneway cluster status` shows store-4 in exactly the
    groups the map gives it. A second rebalance has nothing to move.
 2. store-3, which held every partition at the start and had some moved
-   to store-4, is restarted: it deletes its copies of exactly those
-   partitions (log, index rows, volume segments, snapshots), its groups
-   stay healthy, and everything written so far reads back.
+   to store-4, deletes its copies of exactly those partitions (log,
+   index rows, volume segments, snapshots) while it runs, once no leader
+   has spoken to them for 10 s; restarted then, it has nothing left to
+   delete, its groups stay healthy, and everything written so far reads
+   back.
 3. `laneway cluster move-partition` moves one of store-4's replicas back
    to the store node without that partition, then `laneway cluster
    remove-node` takes store-1 out, both under load: store-1 holds a
@@ -525,36 +527,59 @@ def test_a_fourth_node_takes_its_share_under_load(nemesis, cluster):
 
 
 @pytest.mark.timeout(300)
-def test_a_restarted_node_deletes_its_copies_of_the_replicas_moved_off_it(cluster):
+def test_a_node_deletes_its_copies_of_the_replicas_moved_off_it_while_it_runs(cluster):
     """store-3 held every partition at the start and the rebalance moved
-    some to store-4; restarted now, it deletes its copy (log, index rows,
-    volumes, snapshots) of each partition the map no longer places on it,
-    and only of those; its groups stay healthy and everything written so
-    far reads back."""
+    some to store-4; without a restart it deletes its copy (log, index
+    rows, volumes, snapshots) of each partition the map no longer places
+    on it, and only of those, once no leader has spoken to that replica
+    for 10 s; restarted then, it has nothing left to delete; its groups
+    stay healthy and everything written so far reads back."""
     name = "store-3"
     m = read_map(cluster)
     gone = {p for p in range(PARTITIONS) if name not in m.partitions[p]}
     assert gone, f"no replica moved off {name}\n{m.show()}"
     log = cluster.child(name).log
-    offset = log.stat().st_size
-    cmdline = kill_node(cluster, name, signal.SIGTERM)
-    restart_node(cluster, name, cmdline)
-    problems = wait_groups_ok(cluster, m)
 
-    def deleted() -> set[int]:
+    def deleted(offset: int, live: bool) -> set[int]:
         with open(log, "rb") as f:
             f.seek(offset)
             text = f.read().decode(errors="replace")
-        return {int(p) for p in re.findall(r"deleted the copy of a replica that moved away partition=p(\d+)", text)}
-    said = deleted()
-    if said != gone:
-        problems.append(f"{name} said it deleted its copies of {sorted(said)}, not of {sorted(gone)}")
+        line = r"deleted the copy of a replica that moved away, while the node runs" if live \
+            else r"deleted the copy of a replica that moved away"
+        return {int(p) for p in re.findall(line + r" partition=p(\d+)", text)}
+
     root = cluster.dir / name / "partitions"
-    for p in sorted(gone):
-        left = sorted(x.name for x in (root / f"p{p:04d}" / "volumes").glob("seg-*"))
-        left += sorted(x.name for x in (root / f"p{p:04d}" / "raft" / "snapshots").glob("*.snap"))
-        if left:
-            problems.append(f"{name} keeps files of p{p:04d}, which moved off it: {left}")
+
+    def files_left() -> list[str]:
+        left = []
+        for p in sorted(gone):
+            left += [f"p{p:04d}/{x.name}" for x in (root / f"p{p:04d}" / "volumes").glob("seg-*")]
+            left += [f"p{p:04d}/{x.name}" for x in (root / f"p{p:04d}" / "raft" / "snapshots").glob("*.snap")]
+        return left
+
+    # LEFT_QUIET (10 s) after the move, then a pass every 5 s.
+    deadline = time.monotonic() + 60
+    while deleted(0, live=True) != gone and time.monotonic() < deadline:
+        time.sleep(1)
+    problems = []
+    said = deleted(0, live=True)
+    if said != gone:
+        problems.append(f"{name}, running, said it deleted its copies of {sorted(said)}, "
+                        f"not of {sorted(gone)}")
+    if files_left():
+        problems.append(f"{name}, running, keeps files of partitions moved off it: {files_left()}")
+    problems += wait_groups_ok(cluster, m)
+    problems += readback_problems(cluster)
+
+    offset = log.stat().st_size
+    cmdline = kill_node(cluster, name, signal.SIGTERM)
+    restart_node(cluster, name, cmdline)
+    problems += wait_groups_ok(cluster, m)
+    again = deleted(offset, live=False)
+    if again:
+        problems.append(f"{name}, restarted, deleted copies of {sorted(again)} again")
+    if files_left():
+        problems.append(f"{name}, restarted, keeps files of partitions moved off it: {files_left()}")
     problems += readback_problems(cluster)
     assert not problems, "\n".join(problems + [m.show()])
 

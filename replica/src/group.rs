@@ -21,7 +21,10 @@
 //! Volumes are compacted by the leader ([`Group::drop_segment`] deletes a
 //! segment on every replica through the log), and a partition the map no
 //! longer places on this node has its left-behind copy deleted before its
-//! group starts ([`RaftOpener`]'s `forget_left`).
+//! group starts ([`RaftOpener`]'s `forget_left`), or while the node runs
+//! once no leader has spoken to that replica for [`LEFT_QUIET`]
+//! ([`Group::forget_if_left`]: the replica is stopped, its copy deleted,
+//! and it starts again, empty and idle).
 
 use crate::lease::{AckClock, LeasedNetwork, lease_for};
 use crate::machine::PartitionMachine;
@@ -42,8 +45,9 @@ use laneway_store::volume::VolumeSet;
 use openraft::error::{CheckIsLeaderError, ClientWriteError, InitializeError, RaftError};
 use openraft::storage::RaftLogStorage;
 use openraft::{BasicNode, RaftNetworkFactory, ServerState};
+use parking_lot::{Mutex, RwLock};
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::runtime::Handle;
@@ -94,14 +98,56 @@ pub fn store_group_config_with(name: &str, entries: u64) -> ReplicaResult<Arc<op
 
 /// One partition's group, at this replica.
 pub struct RaftGroup {
-    raft: PartitionRaft,
     handle: Handle,
+    /// The replica running now: a new one, empty, once its copy of a
+    /// group that removed it was forgotten ([`Group::forget_if_left`]).
+    running: RwLock<Arc<Running>>,
+    /// How to start this replica again, empty (partitions only: the
+    /// catalog's replica is never forgotten while its node runs).
+    again: Option<Again>,
+}
+
+/// One start of a replica of a group.
+struct Running {
+    raft: PartitionRaft,
     lease: Lease,
     /// The group's log (for its size in the status).
     log: RaftLog,
     /// Set when this replica started empty (for the status).
     rejoin: Option<Arc<crate::rejoin::Rejoin>>,
 }
+
+/// What starts a partition's replica again after its copy was forgotten.
+struct Again {
+    opener: Arc<dyn Restart>,
+    id: PartitionId,
+    index: Arc<dyn MetaIndex>,
+    volumes: Arc<VolumeSet>,
+    dir: PathBuf,
+    /// One forget at a time; `true` once the store closed the group (no
+    /// replica starts again after that).
+    forgetting: Mutex<bool>,
+}
+
+/// The part of a [`RaftOpener`] a running group needs to forget its copy
+/// and start again (the opener is generic over its transport; the group
+/// is not).
+trait Restart: Send + Sync {
+    /// Partition `id`'s group as the map says now.
+    fn spec_now(&self, id: PartitionId) -> GroupSpec;
+    /// How long since a leader last spoke to this node's replica of `id`.
+    fn unheard_for(&self, id: PartitionId) -> Option<Duration>;
+    /// [`RaftOpener::forget_left`].
+    fn forget_copy(&self, again: &Again) -> StoreResult<bool>;
+    /// [`RaftOpener::start_partition`].
+    fn start_again(&self, again: &Again) -> StoreResult<Running>;
+}
+
+/// How long a replica that the map no longer places on its node must have
+/// heard no leader before its copy is forgotten while the node runs
+/// (fifty heartbeat intervals: a learner catching up, or a voter, hears
+/// its leader several times a second).
+pub const LEFT_QUIET: Duration = Duration::from_secs(10);
 
 /// What a group's leader reads under without a read-index round
 /// ([`crate::lease`]).
@@ -111,11 +157,25 @@ struct Lease {
 }
 
 impl RaftGroup {
-    /// The Raft handle (for the transport's service and tests).
-    pub fn raft(&self) -> &PartitionRaft {
-        &self.raft
+    fn new(handle: Handle, running: Running, again: Option<Again>) -> RaftGroup {
+        RaftGroup {
+            handle,
+            running: RwLock::new(Arc::new(running)),
+            again,
+        }
     }
 
+    /// The Raft handle of the replica running now (for tests).
+    pub fn raft(&self) -> PartitionRaft {
+        self.now().raft.clone()
+    }
+
+    fn now(&self) -> Arc<Running> {
+        Arc::clone(&self.running.read())
+    }
+}
+
+impl Running {
     /// Whether a read may skip the read-index round: this replica leads
     /// under a lease a majority granted in its term, and it has applied
     /// an entry of that term (so every entry committed before its term,
@@ -145,6 +205,59 @@ impl RaftGroup {
         } else {
             Err(StoreError::NotLeader(m.current_leader))
         }
+    }
+
+    /// Stop this replica (`Ok` too when it had stopped already).
+    fn stop(&self, handle: &Handle) -> StoreResult<()> {
+        let raft = self.raft.clone();
+        match handle.block_on(async { tokio::time::timeout(GROUP_DEADLINE, raft.shutdown()).await })
+        {
+            Ok(Ok(())) => Ok(()),
+            _ if self.raft.metrics().borrow().state == ServerState::Shutdown => Ok(()),
+            Ok(Err(e)) => Err(StoreError::Engine(format!("stopping a replica: {e}"))),
+            Err(_) => Err(too_slow("stopping a replica")),
+        }
+    }
+}
+
+impl Again {
+    /// Whether the replica `running` holds a copy its group no longer
+    /// counts on: the map places the partition elsewhere (it names a
+    /// replica's new place only after the voters without this node
+    /// committed), this replica neither leads nor is a learner being
+    /// caught up (a move back here), no leader has spoken to it for
+    /// [`LEFT_QUIET`], and it holds log entries, a snapshot, index rows
+    /// or volume segments. A log in an older layout is left alone, as at
+    /// start ([`RaftOpener::forget_left`]).
+    fn left(&self, running: &Running) -> StoreResult<bool> {
+        let spec = self.opener.spec_now(self.id);
+        if spec.members.contains_key(&spec.me) {
+            return Ok(false);
+        }
+        let (state, learner, holds_log) = {
+            let metrics = running.raft.metrics();
+            let m = metrics.borrow();
+            let membership = m.membership_config.membership();
+            (
+                m.state,
+                membership.learner_ids().any(|l| l == spec.me),
+                m.last_log_index.is_some() || m.snapshot.is_some(),
+            )
+        };
+        let quiet = self
+            .opener
+            .unheard_for(self.id)
+            .is_some_and(|d| d >= LEFT_QUIET);
+        let in_file = matches!(running.log, RaftLog::File(_));
+        if state == ServerState::Leader || learner || !quiet || !in_file {
+            return Ok(false);
+        }
+        Ok(holds_log || self.holds_data()?)
+    }
+
+    /// Whether the partition's index holds a row or its volumes a segment.
+    fn holds_data(&self) -> StoreResult<bool> {
+        Ok(!self.index.scan(b"", b"", 1)?.is_empty() || !self.volumes.extents()?.is_empty())
     }
 }
 
@@ -205,7 +318,8 @@ fn too_slow(what: &str) -> StoreError {
 
 impl Group for RaftGroup {
     fn settle(&self) -> StoreResult<()> {
-        let mut rx = self.raft.metrics();
+        let running = self.now();
+        let mut rx = running.raft.metrics();
         let target = {
             let m = rx.borrow();
             if m.state != ServerState::Leader {
@@ -223,13 +337,14 @@ impl Group for RaftGroup {
                 .map_err(|_| StoreError::ShuttingDown)
                 .map(|_| ())
         })?;
-        self.leading_term().map(|_| ())
+        running.leading_term().map(|_| ())
     }
 
     fn commit(&self, batch: WriteBatch) -> StoreResult<()> {
         let m = Mutation::of_batch(&batch);
+        let raft = self.raft();
         self.handle.block_on(async {
-            match tokio::time::timeout(GROUP_DEADLINE, self.raft.client_write(m)).await {
+            match tokio::time::timeout(GROUP_DEADLINE, raft.client_write(m)).await {
                 Ok(Ok(_)) => Ok(()),
                 Ok(Err(e)) => Err(write_error(e)),
                 Err(_) => Err(too_slow("a commit")),
@@ -238,8 +353,9 @@ impl Group for RaftGroup {
     }
 
     fn ship(&self, write: VolumeWrite) -> BoxFuture<'static, StoreResult<()>> {
-        let raft = self.raft.clone();
-        let term = self.leading_term();
+        let running = self.now();
+        let raft = running.raft.clone();
+        let term = running.leading_term();
         Box::pin(async move {
             if term? != segment_epoch(write.segment) {
                 return Err(StoreError::Unavailable(
@@ -256,7 +372,7 @@ impl Group for RaftGroup {
     }
 
     fn drop_segment(&self, segment: u64) -> BoxFuture<'static, StoreResult<()>> {
-        let raft = self.raft.clone();
+        let raft = self.raft();
         Box::pin(async move {
             let m = Mutation::of_drop(segment);
             match tokio::time::timeout(GROUP_DEADLINE, raft.client_write(m)).await {
@@ -268,10 +384,13 @@ impl Group for RaftGroup {
     }
 
     fn read_barrier(&self) -> BoxFuture<'static, StoreResult<()>> {
-        if self.lease_holds() {
-            return Box::pin(async { Ok(()) });
-        }
-        let raft = self.raft.clone();
+        let raft = {
+            let running = self.running.read();
+            if running.lease_holds() {
+                return Box::pin(async { Ok(()) });
+            }
+            running.raft.clone()
+        };
         Box::pin(async move {
             match tokio::time::timeout(GROUP_DEADLINE, raft.ensure_linearizable()).await {
                 Ok(Ok(_)) => Ok(()),
@@ -282,7 +401,8 @@ impl Group for RaftGroup {
     }
 
     fn status(&self) -> GroupStatus {
-        let m = self.raft.metrics().borrow().clone();
+        let running = self.now();
+        let m = running.raft.metrics().borrow().clone();
         GroupStatus {
             me: m.id,
             leader: m.current_leader,
@@ -299,13 +419,13 @@ impl Group for RaftGroup {
                 .flatten()
                 .map(|(id, l)| (*id, l.map_or(0, |l| l.index)))
                 .collect(),
-            log_bytes: self.log.stored_bytes(),
-            abstaining: self.rejoin.as_ref().is_some_and(|r| r.settle(&m)),
+            log_bytes: running.log.stored_bytes(),
+            abstaining: running.rejoin.as_ref().is_some_and(|r| r.settle(&m)),
         }
     }
 
     fn change_members(&self, change: MemberChange) -> BoxFuture<'static, StoreResult<()>> {
-        let raft = self.raft.clone();
+        let raft = self.raft();
         Box::pin(async move {
             let done = match change {
                 MemberChange::AddLearner { id, addr } => {
@@ -328,13 +448,32 @@ impl Group for RaftGroup {
     }
 
     fn shutdown(&self) {
-        let raft = self.raft.clone();
-        let done = self
-            .handle
-            .block_on(async { tokio::time::timeout(GROUP_DEADLINE, raft.shutdown()).await });
-        if !matches!(done, Ok(Ok(()))) {
+        let _closed = self.again.as_ref().map(|a| {
+            let mut closed = a.forgetting.lock();
+            *closed = true;
+            closed
+        });
+        if self.now().stop(&self.handle).is_err() {
             tracing::warn!("a replication group did not stop within its deadline");
         }
+    }
+
+    fn forget_if_left(&self) -> StoreResult<bool> {
+        let Some(again) = &self.again else {
+            return Ok(false);
+        };
+        let closed = again.forgetting.lock();
+        let running = self.now();
+        if *closed || !again.left(&running)? {
+            return Ok(false);
+        }
+        running.stop(&self.handle)?;
+        again.opener.forget_copy(again)?;
+        let fresh = again.opener.start_again(again)?;
+        *self.running.write() = Arc::new(fresh);
+        tracing::info!(partition = %again.id,
+            "deleted the copy of a replica that moved away, while the node runs");
+        Ok(true)
     }
 }
 
@@ -402,6 +541,12 @@ pub struct RaftOpener<N> {
     /// one with a [`crate::rejoin::Rejoin`] that asks the spec's other
     /// members for their terms, which it returns for the group's status).
     pub started: Started,
+    /// How long since a leader last sent this node's replica of a
+    /// partition's group an append or a snapshot chunk
+    /// ([`crate::net::RaftService::unheard_for`]); `None`: not known, and
+    /// then a replica's copy is forgotten only when its node starts
+    /// ([`Group::forget_if_left`]).
+    pub unheard_for: Box<dyn Fn(PartitionId) -> Option<Duration> + Send + Sync>,
     /// The runtime the groups run on.
     pub handle: Handle,
     /// Log entries between two snapshots of a partition's group
@@ -464,29 +609,30 @@ where
     N: RaftNetworkFactory<TypeConfig> + Send + Sync + 'static,
 {
     fn open(
-        &self,
+        self: Arc<Self>,
         partition: PartitionId,
         index: Arc<dyn MetaIndex>,
         volumes: Arc<VolumeSet>,
         dir: &Path,
     ) -> StoreResult<Arc<dyn Group>> {
+        let again = Again {
+            opener: Arc::clone(&self) as Arc<dyn Restart>,
+            id: partition,
+            index,
+            volumes,
+            dir: dir.to_path_buf(),
+            forgetting: Mutex::new(false),
+        };
         let spec = (self.spec)(partition);
         if !spec.members.contains_key(&spec.me) {
-            self.forget_left(partition, &index, &volumes, dir)?;
+            self.forget_left(&again)?;
         }
-        let config = store_group_config_with(&partition.to_string(), self.snapshot_entries)
-            .map(|c| self.heartbeats(c))
-            .map_err(|e| StoreError::Engine(e.to_string()))?;
-        let group = self.start(
-            partition,
-            spec,
-            config,
-            index,
-            Some(Arc::clone(&volumes)),
-            dir,
-        )?;
-        watch_leadership(&self.handle, group.raft.clone(), volumes);
-        Ok(Arc::new(group))
+        let running = self.start_partition(&again, spec)?;
+        Ok(Arc::new(RaftGroup::new(
+            self.handle.clone(),
+            running,
+            Some(again),
+        )))
     }
 
     fn open_catalog(
@@ -500,8 +646,12 @@ where
         let config = crate::net::group_config("catalog")
             .map(|c| self.heartbeats(c))
             .map_err(|e| StoreError::Engine(e.to_string()))?;
-        let group = self.start(CATALOG_PARTITION, spec, config, index, None, dir)?;
-        Ok(Some(Arc::new(group)))
+        let running = self.start(CATALOG_PARTITION, spec, config, index, None, dir)?;
+        Ok(Some(Arc::new(RaftGroup::new(
+            self.handle.clone(),
+            running,
+            None,
+        ))))
     }
 }
 
@@ -545,27 +695,25 @@ where
         }
     }
 
-    /// Delete what this node still holds of partition `id` when the map
-    /// does not place a replica of it here (one moved away: `laneway
+    /// Delete what this node still holds of partition `again.id` when the
+    /// map does not place a replica of it here (one moved away: `laneway
     /// cluster move-partition`, `rebalance`, `remove-node`): its log in
     /// the node's log file, its index rows, volume segments and snapshots,
-    /// before the group starts, so it starts empty and idle. The map names
+    /// before the group starts (at the node's start, or again once its
+    /// replica stopped: [`Group::forget_if_left`]), so it starts empty and
+    /// idle. The map names
     /// a replica's new place only after the voters without this node
     /// committed (`laneway_gateway` cluster members), so the group no
     /// longer counts on this copy; a node that is a voter the map does
     /// not name yet (a move cut short before its map write) comes back
     /// empty and abstains from votes until it caught up
     /// ([`crate::rejoin`]), as after a lost disk. A log in an older layout
-    /// (a keyspace of its own) is left alone, and the rest with it.
-    fn forget_left(
-        &self,
-        id: PartitionId,
-        index: &Arc<dyn MetaIndex>,
-        volumes: &Arc<VolumeSet>,
-        dir: &Path,
-    ) -> StoreResult<()> {
+    /// (a keyspace of its own) is left alone, and the rest with it:
+    /// `Ok(false)`.
+    fn forget_left(&self, again: &Again) -> StoreResult<bool> {
+        let (id, dir) = (again.id, again.dir.as_path());
         let RaftLog::File(log) = self.open_log(id, dir)? else {
-            return Ok(());
+            return Ok(false);
         };
         let logged = log.is_known();
         if logged {
@@ -573,12 +721,39 @@ where
                 .block_on(log.forget())
                 .map_err(|e| StoreError::Engine(format!("{id}: forgetting its log: {e}")))?;
         }
-        let wiped = crate::machine::wipe(index.as_ref(), Some(volumes), &dir.join("snapshots"))
-            .map_err(|e| StoreError::Engine(format!("{id}: deleting a moved replica: {e}")))?;
+        let wiped = crate::machine::wipe(
+            again.index.as_ref(),
+            Some(&again.volumes),
+            &dir.join("snapshots"),
+        )
+        .map_err(|e| StoreError::Engine(format!("{id}: deleting a moved replica: {e}")))?;
         if logged || wiped {
             tracing::info!(partition = %id, "deleted the copy of a replica that moved away");
         }
-        Ok(())
+        Ok(true)
+    }
+
+    /// Start this node's replica of partition `again.id`'s group as
+    /// `spec` says, and tell its volumes each term it leads.
+    fn start_partition(&self, again: &Again, spec: GroupSpec) -> StoreResult<Running> {
+        let id = again.id;
+        let config = store_group_config_with(&id.to_string(), self.snapshot_entries)
+            .map(|c| self.heartbeats(c))
+            .map_err(|e| StoreError::Engine(e.to_string()))?;
+        let running = self.start(
+            id,
+            spec,
+            config,
+            Arc::clone(&again.index),
+            Some(Arc::clone(&again.volumes)),
+            &again.dir,
+        )?;
+        watch_leadership(
+            &self.handle,
+            running.raft.clone(),
+            Arc::clone(&again.volumes),
+        );
+        Ok(running)
     }
 
     /// Start this node's replica of the group `id` names: its log
@@ -592,7 +767,7 @@ where
         index: Arc<dyn MetaIndex>,
         volumes: Option<Arc<VolumeSet>>,
         dir: &Path,
-    ) -> StoreResult<RaftGroup> {
+    ) -> StoreResult<Running> {
         let what = if id == CATALOG_PARTITION {
             "the catalog".to_string()
         } else {
@@ -624,13 +799,33 @@ where
                 |raft, empty| rejoin = (self.started)(id, raft.clone(), empty, &spec),
             ))
             .map_err(|e| StoreError::Unavailable(format!("{what} group: {e}")))?;
-        Ok(RaftGroup {
+        Ok(Running {
             raft,
-            handle: self.handle.clone(),
             lease,
             log: kept,
             rejoin,
         })
+    }
+}
+
+impl<N> Restart for RaftOpener<N>
+where
+    N: RaftNetworkFactory<TypeConfig> + Send + Sync + 'static,
+{
+    fn spec_now(&self, id: PartitionId) -> GroupSpec {
+        (self.spec)(id)
+    }
+
+    fn unheard_for(&self, id: PartitionId) -> Option<Duration> {
+        (self.unheard_for)(id)
+    }
+
+    fn forget_copy(&self, again: &Again) -> StoreResult<bool> {
+        self.forget_left(again)
+    }
+
+    fn start_again(&self, again: &Again) -> StoreResult<Running> {
+        self.start_partition(again, (self.spec)(again.id))
     }
 }
 

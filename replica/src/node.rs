@@ -20,20 +20,25 @@
 //! layout ([`LOG_DIR`], one keyspace per group) keeps it.
 //!
 //! Members are a node's Raft id ([`NodeId::raft_id`]) with its RPC address
-//! from the cluster file. The map is read once, at start: changing who
-//! holds a partition is a membership change through the group (`laneway
-//! cluster move-partition`, docs/replication.md, "Membership changes"),
-//! never an edit of the file under a running cluster.
+//! from the cluster file. Changing who holds a partition is a membership
+//! change through the group (`laneway cluster move-partition`,
+//! docs/replication.md, "Membership changes"), never an edit of the file
+//! under a running cluster; the tool writes the map after the change
+//! committed, and the node reads the newer map (its leader watch polls the
+//! file every round): a replica the map no longer places here has its copy
+//! deleted while the node runs (`Group::forget_if_left`), and starts again
+//! as the new map says.
 
 use crate::group::{GroupLogs, GroupSpec, LOG_CACHE_BYTES, RaftOpener, turn_of};
 use crate::net::{Asking, HeartbeatTicker, Peers, RaftService, RpcNetwork};
 use crate::wal::Wal;
-use laneway_store::cluster::{ClusterFile, NodeId};
+use laneway_store::cluster::{ClusterFile, FileMapSource, NodeId};
 use laneway_store::ids::PartitionId;
 use laneway_store::index_fjall::SharedFjall;
 use laneway_store::replication::Replication;
 use laneway_store::rpc::Signer;
 use openraft::BasicNode;
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -65,20 +70,20 @@ pub struct NodeReplication {
 pub struct SpecError(String);
 
 impl NodeReplication {
-    /// The replication of node `me` of the cluster `file` describes, its
+    /// The replication of node `me` of the cluster `source`'s file describes, its
     /// messages signed with the cluster `secret`, its groups run on
     /// `handle`, a partition's group snapshotting every
     /// `snapshot_entries` log entries, the groups' logs in one database
     /// in the node's log file, `data_dir/raft-wal` ([`RaftOpener::logs`]).
     pub fn new(
-        file: &ClusterFile,
+        source: &Arc<FileMapSource>,
         me: &NodeId,
         secret: &[u8],
         handle: Handle,
         snapshot_entries: u64,
         data_dir: &Path,
     ) -> Result<NodeReplication, SpecError> {
-        let specs = Specs::of(file, me)?;
+        let specs = Specs::of(&source.file(), me)?;
         let wal = Wal::open(&data_dir.join(WAL_DIR))
             .map_err(|e| SpecError(format!("the node's Raft log file: {e}")))?;
         let older = if data_dir.join(LOG_DIR).exists() {
@@ -94,6 +99,12 @@ impl NodeReplication {
         let registry = Arc::clone(&service);
         let asked_through = Arc::clone(&peers);
         let catalog = specs.catalog.clone();
+        let specs = LiveSpecs {
+            source: Arc::clone(source),
+            me: me.clone(),
+            cached: Mutex::new((Arc::new(specs), 0)),
+        };
+        let heard = Arc::clone(&service);
         let ticker = HeartbeatTicker::start(
             &handle,
             Arc::clone(&service),
@@ -101,7 +112,8 @@ impl NodeReplication {
             std::time::Duration::from_millis(crate::net::HEARTBEAT_INTERVAL_MS),
         );
         let opener = RaftOpener {
-            spec: Box::new(move |p| specs.of_partition(p)),
+            spec: Box::new(move |p| specs.now().of_partition(p)),
+            unheard_for: Box::new(move |p: PartitionId| heard.unheard_for(p.0)),
             catalog,
             network: Box::new(move |p: PartitionId| RpcNetwork::new(p.0, Arc::clone(&peers))),
             started: Box::new(move |p: PartitionId, raft, empty, spec: &GroupSpec| {
@@ -125,8 +137,40 @@ impl NodeReplication {
     }
 }
 
+/// The groups' members as the newest map this node read says (the
+/// node's leader watch reads the file again every round).
+struct LiveSpecs {
+    source: Arc<FileMapSource>,
+    me: NodeId,
+    /// The members by the newest readable map, and the newest version
+    /// looked at.
+    cached: Mutex<(Arc<Specs>, u64)>,
+}
+
+impl LiveSpecs {
+    /// The members by the newest map; a map that cannot be described
+    /// (it names a node the file lacks) is passed over, and the one
+    /// before kept.
+    fn now(&self) -> Arc<Specs> {
+        let file = self.source.file();
+        let version = file.map.version();
+        let mut cached = self.cached.lock();
+        if version > cached.0.version && version > cached.1 {
+            cached.1 = version;
+            match Specs::of(&file, &self.me) {
+                Ok(specs) => cached.0 = Arc::new(specs),
+                Err(e) => tracing::warn!(version, error = %e,
+                    "the cluster file's newer map cannot be read; keeping the one before"),
+            }
+        }
+        Arc::clone(&cached.0)
+    }
+}
+
 /// Every group's members as this node sees them.
 struct Specs {
+    /// The map's version.
+    version: u64,
     me: u64,
     partitions: Vec<BTreeMap<u64, BasicNode>>,
     catalog: Option<GroupSpec>,
@@ -147,6 +191,7 @@ impl Specs {
             initializer: None,
         });
         Ok(Specs {
+            version: map.version(),
             me: me.raft_id(),
             partitions,
             catalog,

@@ -26,7 +26,7 @@ use laneway_store::rpc::{
     CallOptions, Handler, RpcClient, RpcError, RpcServer, ServerOptions, Signer, WireCode,
 };
 use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse};
-use openraft::{BasicNode, Config, SnapshotPolicy, Vote};
+use openraft::{BasicNode, Config, ServerState, SnapshotPolicy, Vote};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -345,6 +345,30 @@ async fn every_group_elects_and_replicates_over_the_rpc() {
     assert_replicated(&cluster, &acked, &last).await;
     for node in cluster.running.values() {
         assert_eq!(node.server.local_addr(), node.addr);
+    }
+    // Each node's service knows when a leader last spoke to each of its
+    // replicas: a follower hears heartbeats several times a second, a
+    // leader hears none (nor would a replica its group removed).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for node in cluster.running.values() {
+        assert_eq!(node.service.unheard_for(999), None, "a group not hosted");
+        for (group, replica) in &node.groups {
+            let state = replica.raft.metrics().borrow().state;
+            let unheard = node.service.unheard_for(*group).expect("hosted");
+            match state {
+                ServerState::Follower => assert!(
+                    unheard < Duration::from_millis(1500),
+                    "{}'s follower of {group} heard no leader for {unheard:?}",
+                    node.name
+                ),
+                ServerState::Leader => assert!(
+                    unheard >= Duration::from_secs(2),
+                    "{}'s leader of {group} heard a leader {unheard:?} ago",
+                    node.name
+                ),
+                _ => {}
+            }
+        }
     }
 }
 

@@ -2,7 +2,9 @@
 //! three, over the in-memory transport): what the store acknowledged
 //! survives the leader's stop, whole-object bodies above the inline size
 //! included (they travel as volume pieces in the log), a follower refuses
-//! to serve, and a stopped store catches up when it comes back.
+//! to serve, and a stopped store catches up when it comes back; a
+//! replica its group removed deletes its copy while its store runs, and
+//! can be added back.
 //!
 //! Waits are bounded by generous timeouts that only turn a hang into a
 //! failure; nothing asserts how long anything took.
@@ -17,9 +19,11 @@ use laneway_store::ids::PartitionId;
 use laneway_store::replication::Replication;
 use laneway_store::{BodyStream, BucketInfo, PutOptions, Store, StoreConfig, StoreError, TenantId};
 use openraft::BasicNode;
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 const PARTITIONS: u32 = 2;
@@ -31,10 +35,18 @@ fn members() -> BTreeMap<NodeId, BasicNode> {
         .collect()
 }
 
+/// Each partition's members as the nodes' map says (all three at first).
+type Map = Arc<Mutex<Vec<BTreeMap<NodeId, BasicNode>>>>;
+
 /// The stores of the three nodes and the transports between their groups.
 struct Nodes {
     rt: tokio::runtime::Runtime,
     routers: Arc<Vec<Router>>,
+    /// What the nodes' map says (read by their openers).
+    map: Map,
+    /// Whether every replica has heard no leader for an hour (as the
+    /// nodes' Raft service would tell); else each heard one just now.
+    quiet: Arc<AtomicBool>,
     dirs: Vec<PathBuf>,
     _root: tempfile::TempDir,
     stores: BTreeMap<NodeId, Arc<Store>>,
@@ -53,6 +65,8 @@ impl Nodes {
         let mut nodes = Nodes {
             rt,
             routers,
+            map: Arc::new(Mutex::new((0..PARTITIONS).map(|_| members()).collect())),
+            quiet: Arc::default(),
             dirs,
             _root: root,
             stores: BTreeMap::new(),
@@ -69,6 +83,7 @@ impl Nodes {
             &self.dirs[usize::try_from(id - 1).expect("id")],
             id,
             &self.routers,
+            (Arc::clone(&self.map), Arc::clone(&self.quiet)),
             self.rt.handle().clone(),
         );
         self.stores.insert(id, store);
@@ -192,15 +207,20 @@ fn open_store(
     dir: &Path,
     me: NodeId,
     routers: &Arc<Vec<Router>>,
+    (map, quiet): (Map, Arc<AtomicBool>),
     handle: tokio::runtime::Handle,
 ) -> Arc<Store> {
     let (net, started) = (Arc::clone(routers), Arc::clone(routers));
     let opener = RaftOpener {
         catalog: None,
-        spec: Box::new(move |_| GroupSpec {
+        spec: Box::new(move |p: PartitionId| GroupSpec {
             me,
-            members: members(),
+            members: map.lock()[p.0 as usize].clone(),
             initializer: None,
+        }),
+        unheard_for: Box::new(move |_| {
+            let quiet = quiet.load(Ordering::Relaxed);
+            Some(Duration::from_secs(if quiet { 3600 } else { 0 }))
         }),
         network: Box::new(move |p: PartitionId| net[p.0 as usize].clone()),
         started: Box::new(move |p: PartitionId, raft, _, _: &GroupSpec| {
@@ -351,6 +371,132 @@ fn acknowledged_objects_survive_the_leaders_stop_and_a_replica_catches_up() {
     let (objects, bytes) = nodes.usage(&b);
     assert_eq!(objects, acked.len() as i64);
     assert_eq!(bytes, acked.values().map(|v| v.len() as i64).sum::<i64>());
+}
+
+#[test]
+fn a_replica_its_group_removed_deletes_its_copy_while_its_node_runs_and_can_come_back() {
+    let nodes = Nodes::new();
+    let b = bucket(&nodes);
+    let p0 = PartitionId(0);
+    let in_p0 = |k: &str| laneway_store::hash::partition_of(b.id, k.as_bytes(), PARTITIONS) == p0;
+    let mut acked: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    for i in 0..12u64 {
+        let key = format!("k{i}");
+        let body = data(i, if i % 3 == 0 { 300_000 } else { 100 });
+        nodes.put(&b, &key, &body);
+        acked.insert(key, body);
+    }
+    assert!(acked.keys().any(|k| in_p0(k)) && acked.keys().any(|k| !in_p0(k)));
+    let leader = nodes.leader(p0);
+    let gone = (1..=3).find(|&id| id != leader).expect("a follower");
+    wait_caught_up(&nodes, gone);
+    let at_gone = &nodes.stores[&gone];
+    let group = Arc::clone(at_gone.group_of(p0));
+    let segments = nodes.dirs[usize::try_from(gone - 1).expect("id")]
+        .join("partitions")
+        .join(p0.to_string())
+        .join("volumes");
+    let segment_files = || {
+        std::fs::read_dir(&segments)
+            .map(|d| {
+                d.filter_map(Result::ok)
+                    .filter(|e| e.file_name().to_string_lossy().starts_with("seg-"))
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+    assert!(
+        segment_files() > 0,
+        "the large bodies of p0 are in the follower's volumes"
+    );
+    nodes.quiet.store(true, Ordering::Relaxed);
+    assert!(
+        !group.forget_if_left().expect("asked"),
+        "a replica the map still places here keeps its copy"
+    );
+
+    // The group removes it; the map then names the other two.
+    let voters: Vec<NodeId> = (1..=3).filter(|&id| id != gone).collect();
+    let change = laneway_store::replication::MemberChange::SetVoters {
+        voters: voters.clone(),
+    };
+    nodes
+        .rt
+        .block_on(nodes.stores[&leader].group_of(p0).change_members(change))
+        .expect("remove the follower");
+    nodes.map.lock()[0].remove(&gone);
+    nodes.quiet.store(false, Ordering::Relaxed);
+    assert!(
+        !group.forget_if_left().expect("asked"),
+        "a replica that heard a leader lately keeps its copy"
+    );
+    nodes.quiet.store(true, Ordering::Relaxed);
+    assert!(group.forget_if_left().expect("forgotten"));
+    let status = group.status();
+    assert_eq!((status.last_log, status.applied), (0, 0), "{status:?}");
+    assert_eq!(segment_files(), 0, "its volume segments are deleted");
+    for (k, v) in &acked {
+        let local = match at_gone.get_object(&b, k, None) {
+            Ok((_, stream)) => Some(nodes.rt.block_on(read_all(stream))),
+            Err(StoreError::NoSuchKey) => None,
+            Err(e) => panic!("local read of {k}: {e}"),
+        };
+        let want = (!in_p0(k)).then_some(v.as_slice());
+        assert_eq!(local.as_deref(), want, "{k} at the node that left p0");
+    }
+    assert!(
+        !group.forget_if_left().expect("asked"),
+        "nothing is left to forget"
+    );
+    // The group goes on without it.
+    let over = data(77, 5_000);
+    let key = acked
+        .keys()
+        .find(|k| in_p0(k))
+        .expect("a key of p0")
+        .clone();
+    nodes.put(&b, &key, &over);
+    acked.insert(key, over);
+
+    // Added back: as a learner it keeps what it receives, then it is a
+    // voter with everything.
+    let add = laneway_store::replication::MemberChange::AddLearner {
+        id: gone,
+        addr: format!("node-{gone}"),
+    };
+    nodes
+        .rt
+        .block_on(nodes.stores[&leader].group_of(p0).change_members(add))
+        .expect("add it back as a learner");
+    let start = Instant::now();
+    while !group.status().learners.contains(&gone) {
+        assert!(
+            start.elapsed() < PATIENCE,
+            "it never learned it is a learner"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        !group.forget_if_left().expect("asked"),
+        "a learner being caught up keeps what it received"
+    );
+    let all = laneway_store::replication::MemberChange::SetVoters {
+        voters: (1..=3).collect(),
+    };
+    nodes
+        .rt
+        .block_on(nodes.stores[&leader].group_of(p0).change_members(all))
+        .expect("a voter again");
+    nodes.map.lock()[0] = members();
+    wait_caught_up(&nodes, gone);
+    for (k, v) in acked.iter().filter(|(k, _)| in_p0(k)) {
+        let (_, stream) = at_gone.get_object(&b, k, None).expect("caught up");
+        assert_eq!(
+            &nodes.rt.block_on(read_all(stream)),
+            v,
+            "{k} back at the node"
+        );
+    }
 }
 
 /// Wait until node `id` has applied, in every partition, what the leader

@@ -132,7 +132,7 @@ impl Partition {
             // (it was born with the tag index: nothing to backfill).
             Some(opener) => Some({
                 volumes.replicated();
-                opener.0.open(
+                Arc::clone(&opener.0).open(
                     id,
                     Arc::clone(&index),
                     Arc::clone(&volumes),

@@ -99,6 +99,12 @@ pub trait Group: Send + Sync {
 
     /// Stop this replica of the group (the store is closing). Blocking.
     fn shutdown(&self);
+
+    /// Delete this replica's copy of the group's data if the group no
+    /// longer counts on it (a move placed the partition elsewhere), and
+    /// start the replica again, empty and idle; `Ok(true)` if it did.
+    /// Blocking: a store node calls it for each partition now and then.
+    fn forget_if_left(&self) -> StoreResult<bool>;
 }
 
 /// A change of a group's members, asked of its leader
@@ -166,7 +172,7 @@ pub trait GroupOpener: Send + Sync {
     /// The group of `partition`, whose state machine writes `index` and
     /// `volumes`; its own files (log, snapshots) go under `dir`.
     fn open(
-        &self,
+        self: Arc<Self>,
         partition: PartitionId,
         index: Arc<dyn MetaIndex>,
         volumes: Arc<VolumeSet>,

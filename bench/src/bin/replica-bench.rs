@@ -280,6 +280,7 @@ fn rf3(args: &Args, rt: &tokio::runtime::Runtime, ticked: bool) -> BenchResult<S
                 members: members.clone(),
                 initializer: None,
             }),
+            unheard_for: Box::new(|_| None),
             network: Box::new(move |p: PartitionId| RpcNetwork::new(p.0, Arc::clone(&peers))),
             started: Box::new(move |p: PartitionId, raft, empty, spec: &GroupSpec| {
                 let asking = Asking::of(&asked_through, spec.me, &spec.members);

@@ -120,7 +120,7 @@ pub async fn run(args: StoreArgs) -> Result<(), NodeError> {
             addr: args.listen.clone(),
             source,
         })?;
-    let replication = replication_of(&file, &node, &secret, &args)?;
+    let replication = replication_of(&map_source, &node, &secret, &args)?;
     // Served from here on: the Raft messages of each group as soon as it
     // is open (the peers' elections and their replicas that started empty
     // need this node's answers while the rest of its store opens), the
@@ -147,6 +147,9 @@ pub async fn run(args: StoreArgs) -> Result<(), NodeError> {
     let groups = replication.as_ref().map(|r| r.opener.clone());
     let store = open_store(&args, &map_source, &node, groups).await?;
     start_compactor(&store, args.compact_every);
+    if replication.is_some() {
+        spawn_forgetting(Arc::clone(&store));
+    }
     let map: Arc<dyn MapSource> = map_source.clone();
     let cluster = RemoteStore::new(&file, Arc::clone(&map), CallOptions::default())?;
     let _watch = cluster.watch_leaders(std::time::Duration::from_secs(1));
@@ -204,19 +207,26 @@ impl Handler for Opening {
 
 /// The node's groups when the cluster replicates (`replicas` above 1).
 fn replication_of(
-    file: &laneway_store::cluster::ClusterFile,
+    source: &Arc<FileMapSource>,
     node: &NodeId,
     secret: &[u8],
     args: &StoreArgs,
 ) -> Result<Option<NodeReplication>, NodeError> {
-    if file.replicas <= 1 {
+    if source.file().replicas <= 1 {
         return Ok(None);
     }
     let handle = tokio::runtime::Handle::current();
     let snapshot_entries = args.raft_snapshot_entries;
-    NodeReplication::new(file, node, secret, handle, snapshot_entries, &args.data_dir)
-        .map(Some)
-        .map_err(cfg_err)
+    NodeReplication::new(
+        source,
+        node,
+        secret,
+        handle,
+        snapshot_entries,
+        &args.data_dir,
+    )
+    .map(Some)
+    .map_err(cfg_err)
 }
 
 /// The node's background passes (every `every_secs`: segments at least
@@ -229,6 +239,43 @@ fn start_compactor(store: &Arc<Store>, every_secs: u64) {
         0.5,
         std::time::Duration::from_secs(168 * 3600),
     );
+}
+
+/// How often a replicated node looks for partitions whose copy here the
+/// group no longer counts on (moved away by `laneway cluster
+/// move-partition`, `rebalance` or `remove-node`).
+const FORGET_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Every [`FORGET_EVERY`], delete the copy of each partition whose
+/// replica here its group left behind, while the node runs (the group
+/// decides: `Group::forget_if_left`), so a rebalance frees the disk of
+/// the nodes it moved replicas off without their restart.
+fn spawn_forgetting(store: Arc<Store>) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(FORGET_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let pass = Arc::clone(&store);
+            let done = tokio::task::spawn_blocking(move || forget_left_copies(&pass)).await;
+            if done.is_err() {
+                tracing::warn!("a pass deleting left-behind replicas failed");
+            }
+        }
+    });
+}
+
+/// One pass of [`spawn_forgetting`].
+fn forget_left_copies(store: &Store) {
+    for p in store.partitions() {
+        let Some(group) = p.group() else {
+            continue;
+        };
+        if let Err(e) = group.forget_if_left() {
+            tracing::warn!(partition = %p.id(), error = %e,
+                "could not delete the copy of a replica that moved away; trying again later");
+        }
+    }
 }
 
 fn cfg_err(e: impl std::fmt::Display) -> NodeError {

@@ -52,12 +52,42 @@ pub struct RaftService {
     counts: Counts,
 }
 
-/// A hosted group: its handle, and whether it started empty (then it
-/// abstains from votes until caught up: [`crate::rejoin`]).
+/// A hosted group: its handle, whether it started empty (then it
+/// abstains from votes until caught up: [`crate::rejoin`]), and when a
+/// leader last spoke to it.
 #[derive(Clone)]
 struct Hosted {
     raft: PartitionRaft,
     rejoin: Option<Arc<Rejoin>>,
+    heard: Arc<Heard>,
+}
+
+/// When a leader last sent a hosted group an append (a heartbeat
+/// included) or a snapshot chunk, whether or not the replica took it:
+/// a replica its group removed hears nothing more ([`RaftService::unheard_for`]).
+struct Heard(AtomicU64);
+
+impl Heard {
+    /// Heard now (a group counts as heard when it is registered).
+    fn now() -> Heard {
+        Heard(AtomicU64::new(clock_ms()))
+    }
+
+    fn hear(&self) {
+        self.0.store(clock_ms(), Ordering::Relaxed);
+    }
+
+    fn since(&self) -> Duration {
+        Duration::from_millis(clock_ms().saturating_sub(self.0.load(Ordering::Relaxed)))
+    }
+}
+
+/// Milliseconds on a monotonic clock that starts with the process's
+/// first reading.
+fn clock_ms() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let start = START.get_or_init(std::time::Instant::now);
+    u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Messages handed to a group since the service started, by kind, and
@@ -138,7 +168,14 @@ impl RaftService {
     ) -> Option<PartitionRaft> {
         let mut groups = self.groups.write().unwrap_or_else(|p| p.into_inner());
         groups
-            .insert(group, Hosted { raft, rejoin })
+            .insert(
+                group,
+                Hosted {
+                    raft,
+                    rejoin,
+                    heard: Arc::new(Heard::now()),
+                },
+            )
             .map(|h| h.raft)
     }
 
@@ -160,6 +197,14 @@ impl RaftService {
         self.hosted(group)
             .and_then(|h| h.rejoin)
             .is_some_and(|r| r.abstaining())
+    }
+
+    /// How long since a leader last sent `group`'s replica here an append
+    /// or a snapshot chunk (or since it was registered); `None` when the
+    /// group is not hosted. A replica whose group removed it (`laneway
+    /// cluster move-partition`) hears nothing more.
+    pub fn unheard_for(&self, group: GroupId) -> Option<Duration> {
+        self.hosted(group).map(|h| h.heard.since())
     }
 
     /// The term of the floor of `group`'s replica here, if it started
@@ -268,6 +313,7 @@ impl RaftService {
             .into_iter()
             .map(|(group, rpc)| {
                 self.hosted(group)
+                    .inspect(|h| h.heard.hear())
                     .filter(|h| h.admits(rpc.vote.leader_id()))
                     .map(|hosted| (hosted, rpc))
             })
@@ -389,6 +435,9 @@ fn route(service: &RaftService, method: &str, args: &[u8]) -> Result<(Hosted, Ra
             format!("raft group {} is not hosted on this node", req.group),
         )
     })?;
+    if !matches!(req.msg, RaftMsg::Vote(_)) {
+        hosted.heard.hear();
+    }
     let admitted = match &req.msg {
         RaftMsg::Append(rpc) => hosted.admits(rpc.vote.leader_id()),
         RaftMsg::Snapshot(rpc) => hosted.admits(rpc.vote.leader_id()),
