@@ -16,9 +16,17 @@
 //! Bounds: at most [`QUEUED`] jobs wait; [`SyncQueue::submit`] hands a job
 //! back when the queue is full, and the caller writes and syncs on its
 //! own. Jobs run in the order they were queued.
+//!
+//! The queue is a deque under a mutex with a condition variable, not a
+//! channel: the thread waits for its next job on the condition variable at
+//! once, where a channel's receive first spins and yields the CPU a few
+//! times, which on a node whose threads share two cores cost a switch of
+//! task per yield (docs/benchmarks.md, "The apply thread waits without
+//! spinning").
 
 use crate::error::StoreResult;
-use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
+use parking_lot::{Condvar, Mutex};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -48,8 +56,34 @@ pub struct SyncQueue {
 }
 
 struct Inner {
-    tx: Option<Sender<Job>>,
+    queue: Arc<Queue>,
     thread: Option<JoinHandle<()>>,
+}
+
+/// The jobs waiting, and whether the queue still takes jobs.
+struct Queue {
+    state: Mutex<Waiting>,
+    ready: Condvar,
+}
+
+struct Waiting {
+    jobs: VecDeque<Job>,
+    open: bool,
+}
+
+impl Queue {
+    /// The next jobs in order (at most [`QUEUED`]), waiting for the first;
+    /// `None` once the queue is closed and empty.
+    fn take(&self) -> Option<Vec<Job>> {
+        let mut state = self.state.lock();
+        while state.jobs.is_empty() {
+            if !state.open {
+                return None;
+            }
+            self.ready.wait(&mut state);
+        }
+        Some(state.jobs.drain(..).collect())
+    }
 }
 
 impl SyncQueue {
@@ -59,13 +93,20 @@ impl SyncQueue {
         name: &str,
         persist: impl Fn() -> StoreResult<()> + Send + 'static,
     ) -> std::io::Result<SyncQueue> {
-        let (tx, rx) = bounded(QUEUED);
+        let queue = Arc::new(Queue {
+            state: Mutex::new(Waiting {
+                jobs: VecDeque::new(),
+                open: true,
+            }),
+            ready: Condvar::new(),
+        });
+        let served = Arc::clone(&queue);
         let thread = std::thread::Builder::new()
             .name(name.to_string())
-            .spawn(move || serve(&rx, &persist))?;
+            .spawn(move || serve(&served, &persist))?;
         Ok(SyncQueue {
             inner: Arc::new(Inner {
-                tx: Some(tx),
+                queue,
                 thread: Some(thread),
             }),
         })
@@ -74,20 +115,28 @@ impl SyncQueue {
     /// Queue `job`: its write runs on the queue's thread, and its `done`
     /// once the write is durable. A full queue hands the job back.
     pub fn submit(&self, job: Job) -> Result<(), Job> {
-        let Some(tx) = &self.inner.tx else {
+        let queue = &self.inner.queue;
+        let mut state = queue.state.lock();
+        if !state.open || state.jobs.len() >= QUEUED {
             return Err(job);
-        };
-        tx.try_send(job).map_err(|e| match e {
-            TrySendError::Full(j) | TrySendError::Disconnected(j) => j,
-        })
+        }
+        state.jobs.push_back(job);
+        let first = state.jobs.len() == 1;
+        drop(state);
+        // The thread waits only on an empty queue.
+        if first {
+            queue.ready.notify_one();
+        }
+        Ok(())
     }
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        // Closing the channel ends the thread once it has served what is
+        // Closing the queue ends the thread once it has served what is
         // queued; joining it lets the database close before this returns.
-        drop(self.tx.take());
+        self.queue.state.lock().open = false;
+        self.queue.ready.notify_one();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -96,10 +145,8 @@ impl Drop for Inner {
 
 /// The thread: wait for a job, take every other one queued behind it, run
 /// their writes in order, persist once, answer them all in order.
-fn serve(rx: &Receiver<Job>, persist: &dyn Fn() -> StoreResult<()>) {
-    while let Ok(first) = rx.recv() {
-        let mut jobs = vec![first];
-        jobs.extend(rx.try_iter().take(QUEUED));
+fn serve(queue: &Queue, persist: &dyn Fn() -> StoreResult<()>) {
+    while let Some(jobs) = queue.take() {
         let written: Vec<(StoreResult<()>, Done)> =
             jobs.into_iter().map(|j| ((j.write)(), j.done)).collect();
         let synced = if written.iter().any(|(w, _)| w.is_ok()) {
