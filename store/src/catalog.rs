@@ -14,6 +14,14 @@
 //! gateways of a cluster, through the store node that holds the catalog)
 //! never lose each other's change. The tenant registry is one.
 //!
+//! `b'r' | call id` -> `FORMAT_V1 | applied ms (i64 BE)` marks a bucket
+//! tagging call that applied ([`Catalog::set_tags`] with an id): a repeat
+//! of it (the gateway sends it again when an attempt's outcome is
+//! unknown, `crate::repeat`) changes nothing, so it cannot undo another
+//! client's tagging that fell between the two. The compactor's pass
+//! forgets these rows after [`crate::repeat::REPEAT_TTL`]
+//! ([`Catalog::forget_repeats`]).
+//!
 //! Replicated (a cluster with three replicas): the catalog is a group of
 //! its own ([`crate::replication::GroupOpener::open_catalog`]). A write
 //! then first settles (this replica leads and has applied its whole log,
@@ -26,6 +34,7 @@ use crate::error::{StoreError, StoreResult};
 use crate::ids::{BucketId, TenantId};
 use crate::index::{Engine, MetaIndex, WriteBatch, open_index};
 use crate::record::{FORMAT_V1, Tag};
+use crate::repeat::CallId;
 use crate::replication::{Group, Replication};
 use crate::store::BucketInfo;
 use parking_lot::Mutex;
@@ -34,6 +43,7 @@ use std::sync::Arc;
 
 const BUCKET_TAG: u8 = b'b';
 const DOC_TAG: u8 = b'd';
+const REPEAT_TAG: u8 = b'r';
 /// Largest catalog document.
 pub const MAX_DOC: usize = 64 << 20;
 const NEXT_ID_KEY: &[u8] = b"#next-bucket-id";
@@ -58,6 +68,28 @@ fn bucket_key(tenant: &TenantId, name: &str) -> Vec<u8> {
     let mut k = tenant_prefix(tenant);
     k.extend_from_slice(name.as_bytes());
     k
+}
+
+fn repeat_key(id: &CallId) -> Vec<u8> {
+    let mut k = vec![REPEAT_TAG];
+    k.extend_from_slice(id);
+    k
+}
+
+/// A repeat row: when its call applied.
+fn repeat_row(applied_ms: i64) -> Vec<u8> {
+    let mut v = vec![FORMAT_V1];
+    v.extend_from_slice(&applied_ms.to_be_bytes());
+    v
+}
+
+/// When a repeat row's call applied (`None`: not a row this version
+/// wrote, kept).
+fn applied_ms(row: &[u8]) -> Option<i64> {
+    match row.split_first() {
+        Some((&FORMAT_V1, rest)) => <[u8; 8]>::try_from(rest).ok().map(i64::from_be_bytes),
+        _ => None,
+    }
 }
 
 fn doc_key(name: &str) -> Vec<u8> {
@@ -189,15 +221,73 @@ impl Catalog {
         self.commit(batch)
     }
 
-    /// Replace a bucket's tag set (empty = remove).
-    pub fn set_tags(&self, tenant: &TenantId, name: &str, tags: Vec<Tag>) -> StoreResult<()> {
+    /// Replace a bucket's tag set (empty = remove). A call with an id
+    /// (`once`: the same on all its attempts) applies once: a repeat after
+    /// an attempt that applied changes nothing.
+    pub fn set_tags(
+        &self,
+        tenant: &TenantId,
+        name: &str,
+        tags: Vec<Tag>,
+        once: Option<CallId>,
+    ) -> StoreResult<()> {
         let _guard = self.write_lock.lock();
         self.settle()?;
+        if let Some(id) = &once
+            && self.index.get(&repeat_key(id))?.is_some()
+        {
+            // An attempt of this call applied (its outcome was unknown to
+            // the caller): answer as it did, change nothing.
+            return Ok(());
+        }
         let mut info = self.get(tenant, name)?.ok_or(StoreError::NoSuchBucket)?;
         info.tags = tags;
         let mut batch = WriteBatch::default();
         batch.put(bucket_key(tenant, name), encode(&info));
+        if let Some(id) = &once {
+            batch.put(repeat_key(id), repeat_row(crate::partition::now_ms()));
+        }
         self.commit(batch)
+    }
+
+    /// Forget the repeat rows of tagging calls that applied before
+    /// `cutoff_ms`; how many. At a replicated catalog only its leader
+    /// forgets (through the group); elsewhere nothing. Blocking.
+    pub fn forget_repeats(&self, cutoff_ms: i64) -> StoreResult<u64> {
+        let _guard = self.write_lock.lock();
+        match self.settle() {
+            Ok(()) => {}
+            Err(StoreError::NotLeader(_)) => return Ok(0),
+            Err(e) => return Err(e),
+        }
+        let end = [REPEAT_TAG + 1];
+        let mut old = Vec::new();
+        let mut from = vec![REPEAT_TAG];
+        loop {
+            let rows = self.index.scan(&from, &end, 1000)?;
+            let Some((last, _)) = rows.last() else {
+                break;
+            };
+            from = last.clone();
+            from.push(0);
+            let full = rows.len() == 1000;
+            old.extend(
+                rows.into_iter()
+                    .filter(|(_, v)| applied_ms(v).is_some_and(|at| at < cutoff_ms))
+                    .map(|(k, _)| k),
+            );
+            if !full {
+                break;
+            }
+        }
+        let forgotten = u64::try_from(old.len()).unwrap_or(u64::MAX);
+        if old.is_empty() {
+            return Ok(0);
+        }
+        let mut batch = WriteBatch::default();
+        old.into_iter().for_each(|k| batch.delete(k));
+        self.commit(batch)?;
+        Ok(forgotten)
     }
 
     /// All buckets of `tenant`, by name.
@@ -279,6 +369,49 @@ impl Catalog {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_repeated_tagging_call_applies_once_until_its_row_is_forgotten() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let c = Catalog::open(dir.path(), Engine::Fjall, None).expect("open");
+        let t = TenantId("t".into());
+        c.create(&t, "data", "us-east-1").expect("bucket");
+        let tag = |v: &str| {
+            vec![Tag {
+                key: "k".into(),
+                value: v.into(),
+            }]
+        };
+        let tags = || c.get(&t, "data").expect("get").expect("bucket").tags;
+        let id = [7u8; 16];
+        c.set_tags(&t, "data", tag("first"), Some(id))
+            .expect("first");
+        // Another client's tagging lands between the attempts.
+        c.set_tags(&t, "data", tag("other"), None).expect("other");
+        c.set_tags(&t, "data", tag("first"), Some(id))
+            .expect("the repeat is answered as the first attempt was");
+        assert_eq!(tags(), tag("other"), "the repeat undid nothing");
+        // A call without an id, or with another, applies as sent.
+        c.set_tags(&t, "data", tag("second"), Some([8u8; 16]))
+            .expect("second");
+        assert_eq!(tags(), tag("second"));
+        assert!(matches!(
+            c.set_tags(&t, "nope", tag("x"), Some([9u8; 16])),
+            Err(StoreError::NoSuchBucket)
+        ));
+
+        // Rows younger than the cutoff stay; once forgotten, the id is new.
+        assert_eq!(c.forget_repeats(0).expect("sweep"), 0);
+        let later = crate::partition::now_ms() + 1;
+        assert_eq!(c.forget_repeats(later).expect("sweep"), 2);
+        c.set_tags(&t, "data", tag("first"), Some(id))
+            .expect("again");
+        assert_eq!(tags(), tag("first"));
+        assert!(
+            c.list(&t).expect("list").iter().all(|b| b.name == "data"),
+            "repeat rows are no buckets"
+        );
+    }
 
     #[test]
     fn buckets_are_namespaced_by_tenant() {

@@ -316,7 +316,7 @@ impl StoreClient for LocalStore {
         name: &'a str,
         tags: Vec<Tag>,
     ) -> Fut<'a, ()> {
-        ready(self.store.set_bucket_tags(tenant, name, tags))
+        ready(self.store.set_bucket_tags(tenant, name, tags, None))
     }
 
     fn bucket_usage(&self, bucket: BucketId) -> Fut<'_, Usage> {

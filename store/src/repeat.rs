@@ -29,8 +29,12 @@
 //! committed under the old leader is seen. Rows are forgotten after
 //! [`REPEAT_TTL`] by the compactor's sweep ([`crate::Store::forget_repeats`]),
 //! far past any call's deadline, which bounds them by the rate of such
-//! calls. Only calls to replicated partitions carry an id: with one
-//! replica no attempt is repeated.
+//! calls. Only calls to replicated groups carry an id: with one replica
+//! no attempt is repeated.
+//!
+//! The catalog's bucket tagging (PutBucketTagging, DeleteBucketTagging)
+//! applies once the same way, with a row of the catalog's
+//! ([`crate::catalog::Catalog::set_tags`]), forgotten by the same pass.
 
 use crate::commit::{Op, Outcome};
 use crate::error::{StoreError, StoreResult};

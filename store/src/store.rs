@@ -374,15 +374,23 @@ impl Store {
         self.catalog.delete(tenant, name)
     }
 
-    /// Replace (Some) or remove (None) a bucket's tag set.
+    /// Replace a bucket's tag set (empty: remove it); a call with an id
+    /// (`once`, [`crate::repeat`]) applies once.
     pub fn set_bucket_tags(
         &self,
         tenant: &TenantId,
         name: &str,
         tags: Vec<Tag>,
+        once: Option<crate::repeat::CallId>,
     ) -> StoreResult<()> {
         self.space.admit(0)?;
-        self.catalog.set_tags(tenant, name, tags)
+        self.catalog.set_tags(tenant, name, tags, once)
+    }
+
+    /// Forget the catalog's rows of tagging calls that applied before
+    /// `cutoff_ms` ([`Catalog::forget_repeats`]); how many. Blocking.
+    pub fn forget_catalog_repeats(&self, cutoff_ms: i64) -> StoreResult<u64> {
+        self.catalog.forget_repeats(cutoff_ms)
     }
 
     /// The catalog's replication group at this node, if replicated.
@@ -632,13 +640,24 @@ impl Store {
                     Err(e) => tracing::warn!(error = %e, "forgetting completed uploads failed"),
                 }
                 let ttl = i64::try_from(crate::repeat::REPEAT_TTL.as_millis()).unwrap_or(i64::MAX);
-                match store
-                    .forget_repeats(crate::partition::now_ms().saturating_sub(ttl))
-                    .await
-                {
+                let cutoff = crate::partition::now_ms().saturating_sub(ttl);
+                match store.forget_repeats(cutoff).await {
                     Ok(_) => {}
                     Err(StoreError::ShuttingDown) => return,
                     Err(e) => tracing::warn!(error = %e, "forgetting repeatable calls failed"),
+                }
+                let catalog = Arc::clone(&store);
+                match tokio::task::spawn_blocking(move || catalog.forget_catalog_repeats(cutoff))
+                    .await
+                {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(StoreError::ShuttingDown)) => return,
+                    Ok(Err(e)) => {
+                        tracing::warn!(error = %e, "forgetting repeatable catalog calls failed")
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "the catalog's sweep of repeatable calls failed")
+                    }
                 }
                 match store.compact(min_garbage, false).await {
                     Ok(r) if r.segments > 0 => tracing::info!(

@@ -966,8 +966,8 @@ fn tag(k: &str, v: &str) -> laneway_store::record::Tag {
     }
 }
 
-/// A call that may be sent again (DeleteObject, PutObjectTags, EditTags)
-/// applies once per call id: its repeat, after another client's write of
+/// A call that may be sent again (DeleteObject, PutObjectTags, EditTags,
+/// the catalog's SetBucketTags) applies once per call id: its repeat, after another client's write of
 /// the same key, is answered as the first attempt was and leaves that
 /// write alone;
 /// a call with another id applies; and once the sweep forgot the ids
@@ -1089,6 +1089,50 @@ async fn a_call_repeated_with_its_id_applies_once() {
     assert_eq!(counts(reply.payload).changed, 2, "k and the new key");
     let info = c.client.head_object(&b, &more).await.expect("the new key");
     assert_eq!(info.tags, vec![tag("stage", "bulk")]);
+
+    // The catalog's bucket tagging, at the node that holds the catalog:
+    // its repeat leaves another client's bucket tags alone.
+    let catalog = c.client.map().catalog()[0].as_str().to_string();
+    let at_catalog = NODES
+        .iter()
+        .position(|n| *n == catalog)
+        .expect("the catalog's node");
+    let bucket_tags = |v: &str| Call::SetBucketTags {
+        tenant: b.tenant.clone(),
+        name: b.name.clone(),
+        tags: vec![tag("owner", v)],
+    };
+    let to_catalog = |call: Call, id: [u8; 16]| {
+        c.services[at_catalog].call(call.name().into(), with_id(call, id, version), no_body())
+    };
+    to_catalog(bucket_tags("old"), [4; 16])
+        .await
+        .expect("bucket tags set");
+    c.client
+        .set_bucket_tags(&b.tenant, &b.name, vec![tag("owner", "new")])
+        .await
+        .expect("another client's bucket tags");
+    to_catalog(bucket_tags("old"), [4; 16])
+        .await
+        .expect("the repeat is answered");
+    // Read at the catalog itself (the client caches buckets).
+    let stored = || {
+        c.stores[at_catalog]
+            .bucket(&b.tenant, &b.name)
+            .expect("bucket")
+    };
+    assert_eq!(
+        stored().tags,
+        vec![tag("owner", "new")],
+        "the repeat put the old bucket tags back"
+    );
+    let later = laneway_store::partition::now_ms() + 1;
+    let swept = c.stores[at_catalog].forget_catalog_repeats(later);
+    assert_eq!(swept.expect("the catalog's sweep"), 1);
+    to_catalog(bucket_tags("old"), [4; 16])
+        .await
+        .expect("applies again");
+    assert_eq!(stored().tags, vec![tag("owner", "old")]);
 
     // Nothing is forgotten before its time; everything after it.
     let store = &c.stores[node];

@@ -287,7 +287,9 @@ impl Inner {
             | Call::CatalogDoc { .. }
             | Call::PutCatalogDoc { .. }) => {
                 let store = Arc::clone(s);
-                tokio::task::spawn_blocking(move || catalog_call(&store, call))
+                // The call's id (a task-local of this task) goes along by hand.
+                let once = crate::repeat::current();
+                tokio::task::spawn_blocking(move || catalog_call(&store, call, once))
                     .await
                     .map_err(|e| StoreError::Engine(format!("catalog task: {e}")))?
             }
@@ -474,9 +476,10 @@ impl Inner {
     }
 }
 
-/// A catalog call on the local store. Blocking: index reads, and a
-/// replicated catalog's writes wait for their group.
-fn catalog_call(s: &Store, call: Call) -> StoreResult<Reply> {
+/// A catalog call on the local store, with its id if it applies once.
+/// Blocking: index reads, and a replicated catalog's writes wait for
+/// their group.
+fn catalog_call(s: &Store, call: Call, once: Option<crate::repeat::CallId>) -> StoreResult<Reply> {
     match call {
         Call::CreateBucket {
             tenant,
@@ -486,7 +489,7 @@ fn catalog_call(s: &Store, call: Call) -> StoreResult<Reply> {
         Call::Bucket { tenant, name } => reply(&s.bucket(&tenant, &name)?),
         Call::ListBuckets { tenant } => reply(&s.list_buckets(&tenant)?),
         Call::SetBucketTags { tenant, name, tags } => {
-            reply(&s.set_bucket_tags(&tenant, &name, tags)?)
+            reply(&s.set_bucket_tags(&tenant, &name, tags, once)?)
         }
         Call::DropBucket { tenant, name } => reply(&s.drop_bucket_record(&tenant, &name)?),
         Call::CatalogDoc { name } => reply(&s.catalog_doc(&name)?),

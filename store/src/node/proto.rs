@@ -599,7 +599,8 @@ impl Call {
     /// is answered from that attempt's row when it committed
     /// ([`crate::repeat`]): the object writes the gateway sends again
     /// ([`Call::may_repeat`]) whose repeat could undo another client's
-    /// write.
+    /// write, and the catalog's bucket tagging (its row is the catalog's:
+    /// [`crate::catalog::Catalog::set_tags`]).
     pub fn applies_once(&self) -> bool {
         matches!(
             self,
@@ -607,6 +608,7 @@ impl Call {
                 | Call::PutObjectTags { .. }
                 | Call::ReplaceObjectMeta { .. }
                 | Call::EditTags { .. }
+                | Call::SetBucketTags { .. }
         )
     }
 
