@@ -260,26 +260,13 @@ impl Catalog {
             Err(StoreError::NotLeader(_)) => return Ok(0),
             Err(e) => return Err(e),
         }
-        let end = [REPEAT_TAG + 1];
         let mut old = Vec::new();
-        let mut from = vec![REPEAT_TAG];
-        loop {
-            let rows = self.index.scan(&from, &end, 1000)?;
-            let Some((last, _)) = rows.last() else {
-                break;
-            };
-            from = last.clone();
-            from.push(0);
-            let full = rows.len() == 1000;
-            old.extend(
-                rows.into_iter()
-                    .filter(|(_, v)| applied_ms(v).is_some_and(|at| at < cutoff_ms))
-                    .map(|(k, _)| k),
-            );
-            if !full {
-                break;
+        self.each_row(vec![REPEAT_TAG], &[REPEAT_TAG + 1], |k, v| {
+            if applied_ms(&v).is_some_and(|at| at < cutoff_ms) {
+                old.push(k);
             }
-        }
+            Ok(())
+        })?;
         let forgotten = u64::try_from(old.len()).unwrap_or(u64::MAX);
         if old.is_empty() {
             return Ok(0);
@@ -299,23 +286,36 @@ impl Catalog {
             *last = 1;
         }
         let mut out = Vec::new();
-        let mut from = start;
+        self.each_row(start, &end, |_, v| {
+            out.push(decode(&v)?);
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// Every row from `from` up to `end`, in key order, a page at a time.
+    fn each_row(
+        &self,
+        mut from: Vec<u8>,
+        end: &[u8],
+        mut row: impl FnMut(Vec<u8>, Vec<u8>) -> StoreResult<()>,
+    ) -> StoreResult<()> {
+        const PAGE: usize = 1000;
         loop {
-            let rows = self.index.scan(&from, &end, 1000)?;
-            let Some((last_key, _)) = rows.last() else {
-                break;
+            let rows = self.index.scan(&from, end, PAGE)?;
+            let Some((last, _)) = rows.last() else {
+                return Ok(());
             };
-            from = last_key.clone();
+            from = last.clone();
             from.push(0);
-            let full = rows.len() == 1000;
-            for (_, v) in rows {
-                out.push(decode(&v)?);
+            let full = rows.len() == PAGE;
+            for (k, v) in rows {
+                row(k, v)?;
             }
             if !full {
-                break;
+                return Ok(());
             }
         }
-        Ok(out)
     }
 
     /// Document `name` and its version (`None`: never written).
