@@ -24,7 +24,9 @@ before the next goes); SIGSTOP of one node past an election timeout, then
 SIGCONT; a node cut off by the network (every packet it sends dropped,
 iptables; needs root, else skipped with the reason) past an election
 timeout, then healed; a node whose data directory is lost (stopped,
-`store-N/` deleted, restarted empty).
+`store-N/` deleted, restarted empty). Then rounds of faults drawn at
+random (NEMESIS_ROUNDS, 4 by default; NEMESIS_SEED), among them two of
+three nodes down at once and a node killed again while it catches up.
 
 Besides the workload: a bulk tagging job run while one node is stopped
 finishes and tags exactly its objects (its calls to the stopped leaders
@@ -298,6 +300,7 @@ class Nemesis:
         self.cluster = cluster
         self.problems: list[str] = []
         self.killed: dict[str, list[str]] = {}  # name -> command line
+        self.uids: dict[str, int] = {}  # name -> the user a killed node ran as
         self.stopped: list[int] = []
         self.cuts: list[list[str]] = []  # iptables rules in place
         self.workload: Optional[Workload] = None
@@ -339,10 +342,16 @@ class Nemesis:
 
     def kill(self, name: str, sig=signal.SIGKILL) -> None:
         self._event(f"kill {name} ({signal.Signals(sig).name})")
+        uid = os.stat(f"/proc/{node_pid(self.cluster, name)}").st_uid
         self.killed[name] = kill_node(self.cluster, name, sig)
+        self.uids[name] = uid
 
     def restart(self, name: str, uid: Optional[int] = None) -> None:
-        restart_node(self.cluster, name, self.killed.pop(name), uid)
+        """Start killed node `name` again, as user `uid` when given, else
+        as the user it ran as."""
+        ran_as = self.uids.pop(name, None)
+        uid = ran_as if uid is None else uid
+        restart_node(self.cluster, name, self.killed.pop(name), None if uid == os.geteuid() else uid)
         self._event(f"{name} restarted")
 
     def cut(self, uid: int) -> None:
@@ -792,3 +801,125 @@ def run_job(endpoint: str, bucket: str, spec: dict) -> dict:
         assert status in (200, 202, 503), (status, job)
         time.sleep(0.2)
     raise AssertionError(f"tagging job {job} not done within 180 s")
+
+
+# --- faults drawn at random ---------------------------------------------------
+
+# Rounds of the random schedule below: a CI-sized run by default; the long
+# run is a benchmark (docs/benchmarks.md, "A long nemesis run") with
+# NEMESIS_ROUNDS set, and NEMESIS_SEED to draw another schedule.
+NEMESIS_ROUNDS = int(os.environ.get("NEMESIS_ROUNDS", "4"))
+NEMESIS_SEED = int(os.environ.get("NEMESIS_SEED", "13"))
+STORES = ("store-1", "store-2", "store-3")
+
+
+def wipe(cluster, name: str, uid: int) -> None:
+    """Delete store node `name`'s data directory (it is down) and leave an
+    empty one that user `uid` can write, as a replaced disk would be."""
+    data = cluster.dir / name
+    shutil.rmtree(data)
+    data.mkdir()
+    if uid != os.geteuid():
+        give_to(uid, data)
+
+
+def fault_kill(n: Nemesis, rng: random.Random, label: str) -> None:
+    """SIGKILL or SIGTERM of one node, down for a while, started again."""
+    name = rng.choice(STORES)
+    n.kill(name, rng.choice([signal.SIGKILL, signal.SIGKILL, signal.SIGTERM]))
+    n.writes_succeed(f"{label}-during")
+    time.sleep(rng.uniform(0.0, 4.0))
+    n.restart(name)
+
+
+def fault_stop(n: Nemesis, rng: random.Random, label: str) -> None:
+    """SIGSTOP of one node for 1-8 s (past an election timeout or not)."""
+    pid = n.stop(rng.choice(STORES))
+    time.sleep(rng.uniform(1.0, 8.0))
+    n.cont(pid)
+
+
+def fault_kill_again(n: Nemesis, rng: random.Random, label: str) -> None:
+    """One node killed, started again, and killed again while it catches
+    up, then started again."""
+    name = rng.choice(STORES)
+    n.kill(name)
+    time.sleep(rng.uniform(0.5, 3.0))
+    n.restart(name)
+    time.sleep(rng.uniform(0.0, 1.5))
+    n.kill(name)
+    n.writes_succeed(f"{label}-during")
+    n.restart(name)
+
+
+def fault_majority_lost(n: Nemesis, rng: random.Random, label: str) -> None:
+    """Two of three nodes down at once (one killed, one stopped) for 1-5 s:
+    no group has a quorum, calls fail or wait; then both come back."""
+    first, second = rng.sample(STORES, 2)
+    n.kill(first)
+    pid = n.stop(second)
+    time.sleep(rng.uniform(1.0, 5.0))
+    n.cont(pid)
+    time.sleep(rng.uniform(0.0, 2.0))
+    n.restart(first)
+
+
+def fault_disk_loss(n: Nemesis, rng: random.Random, label: str) -> None:
+    """One node killed, its data directory lost, started again empty."""
+    name = rng.choice(STORES)
+    n.kill(name)
+    wipe(n.cluster, name, n.uids.get(name, os.geteuid()))
+    n.writes_succeed(f"{label}-during")
+    n.restart(name)
+
+
+def fault_cut(n: Nemesis, rng: random.Random, label: str) -> None:
+    """One node cut off by the network for 1-8 s, then healed (first
+    started again as a user of its own when it runs as root)."""
+    name = rng.choice(STORES)
+    if os.stat(f"/proc/{node_pid(n.cluster, name)}").st_uid != CUT_UID:
+        n.kill(name, signal.SIGTERM)
+        give_to(CUT_UID, n.cluster.dir / name, n.cluster.dir / "cluster.secret")
+        n.restart(name, uid=CUT_UID)
+    # At most one node runs as CUT_UID at a time: the rule cuts every one.
+    for other in STORES:
+        if other != name and os.stat(f"/proc/{node_pid(n.cluster, other)}").st_uid == CUT_UID:
+            n.kill(other, signal.SIGTERM)
+            give_to(os.geteuid(), n.cluster.dir / other)
+            n.restart(other, uid=os.geteuid())
+    n.cut(CUT_UID)
+    time.sleep(rng.uniform(1.0, 8.0))
+    n.heal()
+
+
+FAULTS = [fault_kill, fault_stop, fault_kill_again, fault_majority_lost, fault_disk_loss, fault_cut]
+
+
+@pytest.mark.timeout(max(300, 90 * NEMESIS_ROUNDS))
+def test_faults_drawn_at_random_lose_nothing(cluster):
+    """NEMESIS_ROUNDS rounds, each a fresh workload and one fault drawn
+    (with NEMESIS_SEED) from the menu above, then the checks of every
+    test here (no acknowledged PUT lost, a linearizable history, writes
+    on every partition, usage equal to a LIST) and every group fully
+    replicated before the next round. Besides the scenarios above: a
+    quorum lost and back, a node killed again while it catches up, and
+    faults on whichever node the draw names (the catalog's leader, a
+    node that lost its disk the round before)."""
+    rng = random.Random(NEMESIS_SEED)
+    menu = [f for f in FAULTS if f is not fault_cut or cannot_cut() is None]
+    poll(lambda: fully_replicated(cluster), READ_DEADLINE_S, interval=1.0, what="every group healthy")
+    for round_ in range(NEMESIS_ROUNDS):
+        fault = rng.choice(menu)
+        label = f"random-{NEMESIS_SEED}-{round_}-{fault.__name__[6:]}"
+        print(f"{time.strftime('%H:%M:%S')} round {round_}: {fault.__name__}", flush=True)
+        n = Nemesis(cluster)
+        try:
+            n.start(label, seed=NEMESIS_SEED * 1000 + round_, warmup=rng.uniform(0.5, 3.0))
+            fault(n, rng, label)
+            n.writes_succeed(f"{label}-back")
+            time.sleep(rng.uniform(0.0, 3.0))  # load on the nodes that came back
+            n.verify(label)
+        finally:
+            n.undo()
+        poll(lambda: fully_replicated(cluster), 2 * READ_DEADLINE_S, interval=1.0,
+             what=f"{label}: every group caught up (laneway cluster status)")

@@ -41,7 +41,8 @@
 //! newer leader committed with its acknowledgement before the wipe; or it
 //! could vote again below a vote it had cast. So before it takes any
 //! append or snapshot chunk it hears from each other replica of its group
-//! (as the cluster file names them) what its vote is, by asking it
+//! (as the cluster file names them, and every voter their answers name
+//! that the file does not: [`floor`]) what its vote is, by asking it
 //! ([`crate::net::terms`]). The
 //! highest of those votes is its floor ([`floor`]): while it abstains it
 //! takes no message of a leader below the floor, and grants no vote below
@@ -94,6 +95,13 @@ impl Rejoin {
     pub fn heard(&self, from: NodeId, vote: Leader) {
         if self.abstaining() {
             self.floor.heard(from, vote);
+        }
+    }
+
+    /// Wait for the votes of `peers` too ([`Floor::expect`]).
+    pub fn expect(&self, peers: impl IntoIterator<Item = NodeId>) {
+        if self.abstaining() {
+            self.floor.expect(peers);
         }
     }
 

@@ -128,6 +128,18 @@ impl Cluster {
 
     /// Start node `id` on `listener` from its directories.
     async fn start_node(&mut self, id: NodeId, listener: TcpListener) {
+        let members = self.members.clone();
+        self.start_node_naming(id, listener, members).await;
+    }
+
+    /// Start node `id` on `listener`, its cluster file naming `members`
+    /// as every group's replicas.
+    async fn start_node_naming(
+        &mut self,
+        id: NodeId,
+        listener: TcpListener,
+        members: BTreeMap<NodeId, BasicNode>,
+    ) {
         let (name, addr) = self.names.get(&id).expect("known node").clone();
         let service = Arc::new(RaftService::new());
         let handler: Arc<dyn Handler> = Arc::clone(&service) as Arc<dyn Handler>;
@@ -157,7 +169,7 @@ impl Cluster {
                 Arc::clone(&self.config),
                 group,
                 id,
-                self.members.clone(),
+                members.clone(),
                 log,
                 machine,
                 Arc::clone(&peers),
@@ -540,6 +552,60 @@ async fn a_node_that_lost_its_disk_takes_no_append_before_its_peers_told_it_thei
         ),
         "{stale:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_lost_its_disk_waits_for_a_voter_its_cluster_file_does_not_name() {
+    let mut cluster = Cluster::start().await;
+    let mut acked = Acked::new();
+    write_many(&cluster, &mut acked, 1, 0..4, 16).await;
+    let leader = cluster.leader(1).await;
+    // The wiped node is neither the leader nor the lowest id (which
+    // initialises a new group from its file's members).
+    let ids: Vec<NodeId> = cluster.names.keys().copied().collect();
+    let wiped = *ids[1..]
+        .iter()
+        .find(|id| **id != leader)
+        .expect("a follower");
+    let unnamed = *ids
+        .iter()
+        .find(|id| **id != leader && **id != wiped)
+        .expect("a third");
+    // The third node is down, and the wiped node's cluster file does not
+    // name it (a move cut short before the file was written): the
+    // group's voters are all three all the same.
+    cluster.stop_node(unnamed).await;
+    cluster.wipe_node(wiped).await;
+    let mut naming = cluster.members.clone();
+    naming.remove(&unnamed);
+    let (_, addr) = cluster.names[&wiped].clone();
+    let listener = TcpListener::bind(addr).await.expect("bind the same port");
+    cluster.start_node_naming(wiped, listener, naming).await;
+    // The leader's answer names the third node as a voter: the wiped
+    // replica waits for its vote too, with no floor and no message taken.
+    let service = Arc::clone(&cluster.running[&wiped].service);
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while service.unheard(1).is_some_and(|u| u.contains(&leader)) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the leader never answered"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(service.unheard(1), Some(vec![unnamed]));
+    assert_eq!(service.floor(1), None);
+    assert!(service.abstaining(1));
+    // The third node is back: the wiped replica hears it, catches up and
+    // votes again.
+    cluster.restart_node(unnamed).await;
+    let last = write_many(&cluster, &mut acked, 1, 4..6, 16).await;
+    assert_replicated(&cluster, &acked, &BTreeMap::from([(1, last)])).await;
+    assert!(service.floor(1).is_some());
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while service.abstaining(1) {
+        assert!(tokio::time::Instant::now() < deadline, "still abstaining");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// What node `to` answers a heartbeat of group 1 from `from` as a leader

@@ -216,6 +216,14 @@ impl RaftService {
             .map(|f| f.term)
     }
 
+    /// The peers whose votes `group`'s replica here still waits for, if
+    /// it started empty ([`Rejoin::unheard`]).
+    pub fn unheard(&self, group: GroupId) -> Option<Vec<NodeId>> {
+        self.hosted(group)
+            .and_then(|h| h.rejoin)
+            .map(|r| r.unheard())
+    }
+
     fn hosted(&self, group: GroupId) -> Option<Hosted> {
         let groups = self.groups.read().unwrap_or_else(|p| p.into_inner());
         groups.get(&group).cloned()

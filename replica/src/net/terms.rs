@@ -3,7 +3,8 @@
 //!
 //! The asking side ([`learn_floor`]) asks every other replica the cluster
 //! file names for the group, with one [`RAFT_TERMS_METHOD`] call each,
-//! until each has answered ([`crate::rejoin::floor`]); a peer that is down,
+//! until each has answered ([`crate::rejoin::floor`]), and every voter an
+//! answer names that it was not asking yet; a peer that is down,
 //! or up without the group started, is asked again every [`ASK_EVERY`]
 //! for the first [`ASK_OFTEN_FOR`] (a new cluster's nodes start together,
 //! and its groups' first elections wait for these answers), then every
@@ -15,12 +16,12 @@
 //!
 //! The answering side ([`answer`]) reads the group's vote from its Raft's
 //! metrics: the term and the node this peer voted for or follows, which
-//! only grows.
+//! only grows; and the voters of the newest membership in its log, with
+//! their addresses.
 
 use super::wire::{TermAsk, TermReply};
 use super::{GroupId, Peers, RAFT_TERMS_METHOD};
 use crate::rejoin::Rejoin;
-use crate::rejoin::floor::Leader;
 use crate::types::{NodeId, PartitionRaft};
 use bytes::Bytes;
 use laneway_store::rpc::CallOptions;
@@ -48,6 +49,8 @@ pub const ASK_EVERY_LATER: Duration = Duration::from_secs(1);
 pub struct Asking {
     /// This node's clients of its peers.
     pub peers: Arc<Peers>,
+    /// This replica.
+    pub me: NodeId,
     /// Every other replica of the group and its RPC address.
     pub others: Vec<(NodeId, String)>,
 }
@@ -57,6 +60,7 @@ impl Asking {
     pub fn of(peers: &Arc<Peers>, me: NodeId, members: &BTreeMap<NodeId, BasicNode>) -> Asking {
         Asking {
             peers: Arc::clone(peers),
+            me,
             others: members
                 .iter()
                 .filter(|(id, _)| **id != me)
@@ -82,18 +86,20 @@ pub fn start_learning(rejoin: &Arc<Rejoin>, group: GroupId, asking: Asking) {
 }
 
 /// Ask each of `asking`'s replicas not heard from yet for its vote in
-/// `group`, until every one has been heard from.
-pub async fn learn_floor(rejoin: Weak<Rejoin>, group: GroupId, asking: Asking) {
+/// `group`, until every one has been heard from; the voters an answer
+/// names that `asking` lacks are asked too.
+pub async fn learn_floor(rejoin: Weak<Rejoin>, group: GroupId, mut asking: Asking) {
     let started = tokio::time::Instant::now();
     let mut warned = false;
     loop {
         let Some(unheard) = still_learning(&rejoin) else {
             return;
         };
-        let missing: Vec<&(NodeId, String)> = asking
+        let missing: Vec<(NodeId, String)> = asking
             .others
             .iter()
             .filter(|(id, _)| unheard.contains(id))
+            .cloned()
             .collect();
         let asks = missing
             .iter()
@@ -102,8 +108,12 @@ pub async fn learn_floor(rejoin: Weak<Rejoin>, group: GroupId, asking: Asking) {
         let Some(r) = rejoin.upgrade() else {
             return;
         };
+        // Every answer's voters before any answer's vote: the floor is
+        // never set while a voter named in this round is still unknown.
+        let named = answers.iter().flatten().flat_map(|a| a.voters.iter());
+        r.expect(asking.add(named));
         for ((id, _), answer) in missing.iter().zip(answers) {
-            if let Some(vote) = answer {
+            if let Some(vote) = answer.and_then(|a| a.vote) {
                 r.heard(*id, vote);
             }
         }
@@ -136,8 +146,24 @@ fn still_learning(rejoin: &Weak<Rejoin>) -> Option<Vec<NodeId>> {
     (r.abstaining() && r.floor().is_none()).then(|| r.unheard())
 }
 
-/// Node `id`'s vote in `group`; `None` if it did not answer with one.
-async fn ask_vote(peers: &Peers, id: NodeId, addr: &str, group: GroupId) -> Option<Leader> {
+impl Asking {
+    /// Ask `voters` too, those not asked yet and other than this replica;
+    /// their ids.
+    fn add<'a>(&mut self, voters: impl Iterator<Item = &'a (NodeId, String)>) -> Vec<NodeId> {
+        let mut added = Vec::new();
+        for (id, addr) in voters {
+            if *id != self.me && !self.others.iter().any(|(o, _)| o == id) {
+                self.others.push((*id, addr.clone()));
+                added.push(*id);
+            }
+        }
+        added
+    }
+}
+
+/// Node `id`'s answer about `group` (its vote, the voters it knows);
+/// `None` if it did not answer.
+async fn ask_vote(peers: &Peers, id: NodeId, addr: &str, group: GroupId) -> Option<TermReply> {
     let args = TermAsk::new(group).encode().ok()?;
     let opts = CallOptions {
         deadline: ASK_WITHIN,
@@ -149,7 +175,7 @@ async fn ask_vote(peers: &Peers, id: NodeId, addr: &str, group: GroupId) -> Opti
         .await
     {
         Ok((payload, _)) => match TermReply::decode(&payload) {
-            Ok(reply) => reply.vote,
+            Ok(reply) => Some(reply),
             Err(e) => {
                 tracing::debug!(group, peer = id, "undecodable vote answer: {e}");
                 None
@@ -162,7 +188,19 @@ async fn ask_vote(peers: &Peers, id: NodeId, addr: &str, group: GroupId) -> Opti
     }
 }
 
-/// `raft`'s vote, which a [`TermAsk`] is answered with.
+/// `raft`'s vote and voters, which a [`TermAsk`] is answered with.
 pub fn answer(raft: Option<&PartitionRaft>) -> TermReply {
-    TermReply::new(raft.map(|r| *r.metrics().borrow().vote.leader_id()))
+    let Some(raft) = raft else {
+        return TermReply::new(None, Vec::new());
+    };
+    let m = raft.metrics().borrow().clone();
+    let membership = m.membership_config.membership();
+    let voters = membership
+        .voter_ids()
+        .map(|id| {
+            let addr = membership.get_node(&id).map(|n| n.addr.clone());
+            (id, addr.unwrap_or_default())
+        })
+        .collect();
+    TermReply::new(Some(*m.vote.leader_id()), voters)
 }

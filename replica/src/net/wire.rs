@@ -249,6 +249,18 @@ pub struct TermReply {
     /// The peer's vote in the group: its term and the node it is for
     /// (`None`: the group is not hosted there, so its vote is unknown).
     pub vote: Option<openraft::LeaderId<NodeId>>,
+    /// The voters of the group's newest membership in the peer's log
+    /// (both halves of a joint one), with their RPC addresses: the asker
+    /// waits for the votes of those the cluster file does not name
+    /// (`crate::rejoin::floor`). Empty in a reply of a build before it.
+    pub voters: Vec<(NodeId, String)>,
+}
+
+/// A [`TermReply`] as builds before its `voters` sent it.
+#[derive(Deserialize)]
+struct TermReplyVoteOnly {
+    version: u8,
+    vote: Option<openraft::LeaderId<NodeId>>,
 }
 
 impl TermAsk {
@@ -274,10 +286,14 @@ impl TermAsk {
 
 impl TermReply {
     /// A reply of the current format.
-    pub fn new(vote: Option<openraft::LeaderId<NodeId>>) -> TermReply {
+    pub fn new(
+        vote: Option<openraft::LeaderId<NodeId>>,
+        voters: Vec<(NodeId, String)>,
+    ) -> TermReply {
         TermReply {
             version: WIRE_VERSION,
             vote,
+            voters,
         }
     }
 
@@ -286,10 +302,21 @@ impl TermReply {
         bincode::serialize(self)
     }
 
-    /// A reply from its bincode, if its version is known.
+    /// A reply from its bincode, if its version is known (one without
+    /// voters, from a build before them, has none).
     pub fn decode(bytes: &[u8]) -> Result<TermReply, DecodeError> {
         check_version(bytes)?;
-        Ok(bincode::deserialize(bytes)?)
+        match bincode::deserialize(bytes) {
+            Ok(reply) => Ok(reply),
+            Err(e) => match bincode::deserialize::<TermReplyVoteOnly>(bytes) {
+                Ok(old) => Ok(TermReply {
+                    version: old.version,
+                    vote: old.vote,
+                    voters: Vec::new(),
+                }),
+                Err(_) => Err(e.into()),
+            },
+        }
     }
 }
 
@@ -387,6 +414,32 @@ mod tests {
             back.answer,
             RaftAnswer::Vote(Err(RaftError::Fatal(Fatal::Stopped)))
         ));
+    }
+
+    #[test]
+    fn a_term_reply_carries_its_voters_and_one_without_them_still_decodes() {
+        let vote = Some(openraft::LeaderId::new(4, 2));
+        let voters = vec![
+            (2, "127.0.0.1:1".to_string()),
+            (9, "127.0.0.9:9".to_string()),
+        ];
+        let reply = TermReply::new(vote, voters.clone());
+        let back = TermReply::decode(&reply.encode().expect("encode")).expect("decode");
+        assert_eq!((back.vote, back.voters), (vote, voters));
+        // A reply of a build before the voters: its vote, no voters.
+        #[derive(Serialize)]
+        struct Before {
+            version: u8,
+            vote: Option<openraft::LeaderId<NodeId>>,
+        }
+        let before = bincode::serialize(&Before {
+            version: WIRE_VERSION,
+            vote,
+        })
+        .expect("encode");
+        let back = TermReply::decode(&before).expect("decode");
+        assert_eq!((back.vote, back.voters), (vote, Vec::new()));
+        assert!(TermReply::decode(&[WIRE_VERSION, 7]).is_err());
     }
 
     #[test]

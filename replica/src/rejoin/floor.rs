@@ -15,6 +15,18 @@
 //! restart with a vote older than one this replica cast.) For each peer
 //! the highest heard is kept; the floor is set, once, when every peer has
 //! been heard from, and does not change after.
+//!
+//! Which peers: those the cluster file names for the group, and every
+//! voter a peer's answer names that the file does not ([`Floor::expect`]).
+//! The file can lag the group: a membership change cut short before its
+//! new map was written leaves voters in the group that the file does not
+//! name yet, and such a voter may have elected a leader with this
+//! replica's vote. A replica that took part in that change (a voter of
+//! the old configuration, or of the new) holds the change in its log, and
+//! the replica waits for every voter the file names, so at least one
+//! answer names the new voter before the floor is set (the change was
+//! accepted by a quorum of each configuration; this replica's copy is
+//! gone, so another voter of each had it).
 
 use crate::types::NodeId;
 use std::cmp::Ordering;
@@ -27,13 +39,14 @@ pub type Leader = openraft::LeaderId<NodeId>;
 /// What a replica that started empty has heard of its peers' votes.
 #[derive(Debug)]
 pub struct Floor {
-    /// The group's other replicas, as the cluster file names them.
-    others: BTreeSet<NodeId>,
     state: Mutex<State>,
 }
 
 #[derive(Debug, Default)]
 struct State {
+    /// The group's other replicas: as the cluster file names them, and
+    /// the voters the answers named.
+    others: BTreeSet<NodeId>,
     /// The highest vote heard from each peer.
     heard: BTreeMap<NodeId, Leader>,
     /// Set once every peer has been heard from.
@@ -45,12 +58,30 @@ impl Floor {
     pub fn new(others: impl IntoIterator<Item = NodeId>) -> Floor {
         let others: BTreeSet<NodeId> = others.into_iter().collect();
         let state = State {
-            heard: BTreeMap::new(),
             floor: others.is_empty().then(Leader::default),
+            others,
+            heard: BTreeMap::new(),
         };
         Floor {
-            others,
             state: Mutex::new(state),
+        }
+    }
+
+    /// Wait for `peers` too (voters a peer's answer named), while the
+    /// floor is not set. The caller notes every answer's voters before
+    /// its vote, so the floor is never set between the two.
+    pub fn expect(&self, peers: impl IntoIterator<Item = NodeId>) {
+        let mut state = self.lock();
+        if state.floor.is_some() {
+            return;
+        }
+        for peer in peers {
+            if state.others.insert(peer) {
+                tracing::info!(
+                    peer,
+                    "replica that started empty waits for the vote of a voter the cluster file does not name"
+                );
+            }
         }
     }
 
@@ -58,18 +89,15 @@ impl Floor {
     /// that are not among the peers, or heard once the floor is set,
     /// change nothing.
     pub fn heard(&self, peer: NodeId, vote: Leader) {
-        if !self.others.contains(&peer) {
-            return;
-        }
         let mut state = self.lock();
-        if state.floor.is_some() {
+        if !state.others.contains(&peer) || state.floor.is_some() {
             return;
         }
         let higher = state.heard.get(&peer).is_none_or(|h| above(&vote, h));
         if higher {
             state.heard.insert(peer, vote);
         }
-        if state.heard.len() == self.others.len() {
+        if state.heard.len() == state.others.len() {
             let floor = state
                 .heard
                 .values()
@@ -84,7 +112,8 @@ impl Floor {
     /// The peers not heard from yet.
     pub fn unheard(&self) -> Vec<NodeId> {
         let state = self.lock();
-        self.others
+        state
+            .others
             .iter()
             .filter(|p| !state.heard.contains_key(p))
             .copied()
@@ -137,6 +166,24 @@ mod tests {
         assert!(f.admits(&vote(5, 1)));
         assert!(!f.admits(&vote(4, 2)), "an older leader of the same term");
         assert!(!f.admits(&vote(3, 9)));
+    }
+
+    #[test]
+    fn a_voter_an_answer_names_is_waited_for_too() {
+        let f = Floor::new([2]);
+        // Node 2's answer names voter 4, which the file does not.
+        f.expect([4]);
+        f.heard(2, vote(3, 2));
+        assert_eq!(f.get(), None, "node 4 not heard yet");
+        assert_eq!(f.unheard(), vec![4]);
+        f.heard(4, vote(5, 4));
+        assert_eq!(f.get(), Some(vote(5, 4)), "node 4's vote is the highest");
+        f.expect([6]);
+        assert_eq!(
+            f.unheard(),
+            Vec::<NodeId>::new(),
+            "set: nothing more is waited for"
+        );
     }
 
     #[test]
