@@ -25,8 +25,10 @@ use laneway_store::index::{MetaIndex, WriteBatch};
 use laneway_store::rpc::{
     CallOptions, Handler, RpcClient, RpcError, RpcServer, ServerOptions, Signer, WireCode,
 };
-use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse};
-use openraft::{BasicNode, Config, ServerState, SnapshotPolicy, Vote};
+use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest};
+use openraft::{
+    BasicNode, Config, LogId, ServerState, SnapshotMeta, SnapshotPolicy, StoredMembership, Vote,
+};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -606,6 +608,75 @@ async fn a_node_that_lost_its_disk_waits_for_a_voter_its_cluster_file_does_not_n
         assert!(tokio::time::Instant::now() < deadline, "still abstaining");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_sent_a_snapshot_s_chunks_does_not_campaign_meanwhile() {
+    let mut cluster = Cluster::start().await;
+    let mut acked = Acked::new();
+    write_many(&cluster, &mut acked, 1, 0..3, 16).await;
+    let leader = cluster.leader(1).await;
+    let (follower, other) = cluster.others_than(leader);
+    let vote = cluster.replica(leader, 1).raft.metrics().borrow().vote;
+    // Chunks of a snapshot with the leader's vote reach the follower every
+    // 200 ms, as a long transfer's would, from before its leader and the
+    // third node stop until well after: for four seconds (several
+    // election timeouts) they are all it hears.
+    let sending = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let sender = tokio::spawn({
+        let sending = Arc::clone(&sending);
+        let addr = cluster.names[&follower].1;
+        async move {
+            while sending.load(std::sync::atomic::Ordering::Relaxed) {
+                let answer = snapshot_chunk(addr, vote).await;
+                assert!(matches!(answer, RaftAnswer::Snapshot(Ok(_))), "{answer:?}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    });
+    cluster.stop_node(leader).await;
+    cluster.stop_node(other).await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    sending.store(false, std::sync::atomic::Ordering::Relaxed);
+    sender.await.expect("chunks sent");
+    let m = cluster.replica(follower, 1).raft.metrics().borrow().clone();
+    assert_eq!(
+        m.vote.leader_id().term,
+        vote.leader_id().term,
+        "the follower campaigned while a snapshot streamed to it"
+    );
+    assert_eq!(m.current_leader, Some(leader));
+}
+
+/// The first chunk of a snapshot of group 1 (its first 8 bytes, short of
+/// the stream's preamble: the receiver waits for more), sent again with
+/// `vote` to the node at `addr`; its answer.
+async fn snapshot_chunk(addr: SocketAddr, vote: Vote<NodeId>) -> RaftAnswer {
+    let meta = SnapshotMeta {
+        last_log_id: Some(LogId::new(*vote.leader_id(), 1_000_000)),
+        last_membership: StoredMembership::default(),
+        snapshot_id: "chunks-only".to_string(),
+    };
+    let chunk = InstallSnapshotRequest {
+        vote,
+        meta,
+        offset: 0,
+        data: b"LWSNVOL1".to_vec(),
+        done: false,
+    };
+    let args = RaftRequest::new(1, RaftMsg::Snapshot(chunk))
+        .encode()
+        .expect("encode");
+    let client = RpcClient::new(addr.to_string(), Signer::new(SECRET));
+    let opts = CallOptions {
+        deadline: Duration::from_secs(5),
+        stall: Duration::from_secs(5),
+    };
+    let (payload, _) = client
+        .call(RAFT_METHOD, args.into(), None, &opts)
+        .await
+        .expect("a chunk's call");
+    RaftReply::decode(&payload).expect("decode reply").answer
 }
 
 /// What node `to` answers a heartbeat of group 1 from `from` as a leader

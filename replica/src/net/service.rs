@@ -388,7 +388,37 @@ async fn deliver(hosted: Hosted, msg: RaftMsg) -> RaftAnswer {
         RaftMsg::Vote(rpc) => {
             RaftAnswer::Vote(crate::rejoin::vote(&hosted.raft, hosted.rejoin.as_deref(), rpc).await)
         }
-        RaftMsg::Snapshot(rpc) => RaftAnswer::Snapshot(hosted.raft.install_snapshot(rpc).await),
+        RaftMsg::Snapshot(rpc) => {
+            keep_following(&hosted.raft, &rpc.vote).await;
+            RaftAnswer::Snapshot(hosted.raft.install_snapshot(rpc).await)
+        }
+    }
+}
+
+/// Tell a group that the leader sending it a snapshot chunk is alive.
+///
+/// Why: openraft 0.9 gathers a snapshot's chunks outside its core and
+/// hands it the whole snapshot only with the last one, so the chunks do
+/// not reset the follower's election timer, and its leader's heartbeats
+/// wait behind the snapshot in the leader's stream to it. A transfer
+/// longer than an election timeout (a partition of a few hundred MiB)
+/// had the follower campaign mid-stream; its higher term deposed the
+/// leader, and the next leader sent the snapshot again from the start,
+/// with the same end, for good (a long nemesis run, docs/benchmarks.md,
+/// "A long nemesis run"). An empty append with the chunk's vote, no
+/// previous entry and no commit index refreshes the timer and the lease
+/// as a heartbeat does and changes nothing else (no entry to match or
+/// append, no commit to move). Refused or failed, it only leaves things
+/// as they were.
+async fn keep_following(raft: &PartitionRaft, vote: &openraft::Vote<NodeId>) {
+    let alive = AppendEntriesRequest {
+        vote: *vote,
+        prev_log_id: None,
+        entries: Vec::new(),
+        leader_commit: None,
+    };
+    if let Err(e) = raft.append_entries(alive).await {
+        tracing::debug!(error = %e, "a snapshot chunk's leader could not be noted as alive");
     }
 }
 
