@@ -30,7 +30,9 @@ three nodes down at once and a node killed again while it catches up.
 
 Besides the workload: a bulk tagging job run while one node is stopped
 finishes and tags exactly its objects (its calls to the stopped leaders
-are sent again, partition by partition, with their call ids).
+are sent again, partition by partition, with their call ids), and
+DeleteBucket succeeds with one node killed (each partition's seal goes
+through its group) while no PUT lands in the deleted bucket.
 
 Outcomes: a 2xx (and a GET's 404 NoSuchKey: absent) completes an op; a
 5xx, a timeout or a connection error leaves it unknown (it may have taken
@@ -811,6 +813,66 @@ def run_job(endpoint: str, bucket: str, spec: dict) -> dict:
 NEMESIS_ROUNDS = int(os.environ.get("NEMESIS_ROUNDS", "4"))
 NEMESIS_SEED = int(os.environ.get("NEMESIS_SEED", "13"))
 STORES = ("store-1", "store-2", "store-3")
+
+
+def answer(call) -> str:
+    """"OK", or the S3 error code `call` raised."""
+    try:
+        call()
+        return "OK"
+    except ClientError as e:
+        return e.response.get("Error", {}).get("Code", "?")
+
+
+def settled(call) -> str:
+    """`answer(call)`, asked again while an election answers 503 (or the
+    connection fails), until WRITE_DEADLINE_S."""
+    deadline = time.monotonic() + WRITE_DEADLINE_S
+    while True:
+        try:
+            code = answer(call)
+        except BotoCoreError:
+            code = "ConnectionFailed"
+        if code not in ("ServiceUnavailable", "SlowDown", "ConnectionFailed") or time.monotonic() > deadline:
+            return code
+        time.sleep(0.5)
+
+
+def test_delete_bucket_with_a_store_node_killed(nemesis, cluster):
+    """DeleteBucket with one of three store nodes killed: each partition's
+    seal is a row written through its group, so only the partitions'
+    leaders must answer (before, every node sealed itself, and the delete
+    answered 503 until the node was back). A bucket that is not empty
+    answers BucketNotEmpty and takes writes again through both gateways;
+    emptied, it is deleted; a PUT through the other gateway, which
+    resolved the bucket just before (it caches a bucket for up to two
+    seconds), answers NoSuchBucket, as it does after the killed node is
+    back; the name created again is an empty bucket whose usage matches
+    its LIST."""
+    poll(lambda: fully_replicated(cluster), READ_DEADLINE_S, interval=1.0, what="every group healthy")
+    one, two = client(cluster, 0), client(cluster, 1)
+    bucket = unique_bucket_name("sealed")
+    one.create_bucket(Bucket=bucket)
+    keys = [f"k{i:02d}" for i in range(FRESH_KEYS)]
+    for k in keys:
+        one.put_object(Bucket=bucket, Key=k, Body=b"before")
+    nemesis.kill("store-3")
+    assert settled(lambda: one.delete_bucket(Bucket=bucket)) == "BucketNotEmpty"
+    for k in keys:
+        assert settled(lambda: two.put_object(Bucket=bucket, Key=k, Body=b"after")) == "OK", k
+    for k in keys:
+        assert settled(lambda: one.delete_object(Bucket=bucket, Key=k)) == "OK", k
+    assert answer(lambda: two.head_bucket(Bucket=bucket)) == "OK"  # gateway 2 resolves it
+    assert settled(lambda: one.delete_bucket(Bucket=bucket)) == "OK"
+    late = [answer(lambda: two.put_object(Bucket=bucket, Key=k, Body=b"late")) for k in keys[:16]]
+    assert set(late) == {"NoSuchBucket"}, late
+    nemesis.restart("store-3")
+    poll(lambda: fully_replicated(cluster), catch_up_deadline(cluster), interval=1.0, what="every group healthy")
+    assert answer(lambda: two.put_object(Bucket=bucket, Key="k00", Body=b"late")) == "NoSuchBucket"
+    one.create_bucket(Bucket=bucket)
+    assert list_all(two, bucket) == {}
+    assert usage_differs(cluster, bucket) is None
+    one.delete_bucket(Bucket=bucket)
 
 
 def wipe(cluster, name: str, uid: int) -> None:

@@ -652,17 +652,35 @@ async fn a_follower_sent_a_snapshot_s_chunks_does_not_campaign_meanwhile() {
 /// the stream's preamble: the receiver waits for more), sent again with
 /// `vote` to the node at `addr`; its answer.
 async fn snapshot_chunk(addr: SocketAddr, vote: Vote<NodeId>) -> RaftAnswer {
+    snapshot_piece(addr, vote, ("chunks-only", b"LWSNVOL1"), false).await
+}
+
+/// A snapshot of group 1 of one chunk holding `data`, sent with `vote` to
+/// the node at `addr`; its answer.
+async fn snapshot_whole(addr: SocketAddr, vote: Vote<NodeId>, data: &[u8]) -> RaftAnswer {
+    snapshot_piece(addr, vote, ("damaged", data), true).await
+}
+
+/// The first chunk (`done`: and the last) of a snapshot of group 1 with
+/// the id and bytes `(id, data)`, sent with `vote` to the node at `addr`;
+/// its answer.
+async fn snapshot_piece(
+    addr: SocketAddr,
+    vote: Vote<NodeId>,
+    (id, data): (&str, &[u8]),
+    done: bool,
+) -> RaftAnswer {
     let meta = SnapshotMeta {
         last_log_id: Some(LogId::new(*vote.leader_id(), 1_000_000)),
         last_membership: StoredMembership::default(),
-        snapshot_id: "chunks-only".to_string(),
+        snapshot_id: id.to_string(),
     };
     let chunk = InstallSnapshotRequest {
         vote,
         meta,
         offset: 0,
-        data: b"LWSNVOL1".to_vec(),
-        done: false,
+        data: data.to_vec(),
+        done,
     };
     let args = RaftRequest::new(1, RaftMsg::Snapshot(chunk))
         .encode()
@@ -675,7 +693,7 @@ async fn snapshot_chunk(addr: SocketAddr, vote: Vote<NodeId>) -> RaftAnswer {
     let (payload, _) = client
         .call(RAFT_METHOD, args.into(), None, &opts)
         .await
-        .expect("a chunk's call");
+        .expect("a snapshot chunk's call");
     RaftReply::decode(&payload).expect("decode reply").answer
 }
 
@@ -834,4 +852,30 @@ async fn a_nodes_ticker_keeps_its_groups_led_without_their_own_heartbeats() {
     );
     let more = write_many(&cluster, &mut acked, 1, 3..5, 16).await;
     assert_replicated(&cluster, &acked, &BTreeMap::from([(1, more)])).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_that_does_not_parse_leaves_its_follower_s_group_running() {
+    let cluster = Cluster::start().await;
+    let mut acked = Acked::new();
+    write_many(&cluster, &mut acked, 1, 0..3, 16).await;
+    let leader = cluster.leader(1).await;
+    let (follower, _) = cluster.others_than(leader);
+    let vote = cluster.replica(leader, 1).raft.metrics().borrow().vote;
+    // A whole snapshot (one chunk, done) whose bytes are not a snapshot
+    // stream, with the leader's vote, as a damaged transfer would be.
+    let answer = snapshot_whole(cluster.names[&follower].1, vote, b"not a snapshot at all").await;
+    assert!(!matches!(answer, RaftAnswer::Snapshot(Ok(_))), "{answer:?}");
+    let running = cluster
+        .replica(follower, 1)
+        .raft
+        .metrics()
+        .borrow()
+        .running_state
+        .clone();
+    assert!(running.is_ok(), "the follower's group stopped: {running:?}");
+    // It goes on following: later writes reach it.
+    let last = write_many(&cluster, &mut acked, 1, 3..6, 16).await;
+    cluster.applied(follower, 1, last).await;
+    assert_has(&cluster, &acked, follower, 1);
 }

@@ -652,3 +652,101 @@ fn a_leader_cut_off_from_its_followers_serves_no_read_once_its_lease_lapses() {
         "a lapsed lease serves no read"
     );
 }
+
+impl Nodes {
+    /// `f` at the leader of what it touches: the first store whose answer
+    /// is not "not the leader" or "no quorum yet", retrying through
+    /// elections.
+    fn at_leader<T>(&self, f: impl Fn(&Store) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        let start = Instant::now();
+        loop {
+            for store in self.stores.values() {
+                match f(store) {
+                    Err(StoreError::NotLeader(_) | StoreError::Unavailable(_)) => {}
+                    done => return done,
+                }
+            }
+            assert!(start.elapsed() < PATIENCE, "no leader answered");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// A key of bucket `b` in partition `p`.
+fn key_in(b: &BucketInfo, p: PartitionId, tag: &str) -> String {
+    (0..)
+        .map(|i| format!("{tag}-{i}"))
+        .find(|k| laneway_store::hash::partition_of(b.id, k.as_bytes(), PARTITIONS) == p)
+        .expect("some key lands in every partition")
+}
+
+#[test]
+fn a_delete_bucket_seal_goes_through_the_groups_with_a_node_down_and_holds_at_later_leaders() {
+    let mut nodes = Nodes::new();
+    let b = bucket(&nodes);
+    let parts: Vec<PartitionId> = (0..PARTITIONS).map(PartitionId).collect();
+    let kept = key_in(&b, parts[0], "kept");
+    nodes.put(&b, &kept, b"body");
+    // Node 3 is down: each group's seal needs only its quorum.
+    nodes.stop(3);
+    let seal = |nodes: &Nodes, p: PartitionId| {
+        nodes.at_leader(|s| nodes.rt.block_on(s.seal_bucket_in(b.id, &[p])))
+    };
+    let revive = |nodes: &Nodes, p: PartitionId| {
+        nodes.at_leader(|s| nodes.rt.block_on(s.revive_bucket_in(b.id, &[p])))
+    };
+    let put = |nodes: &Nodes, key: &str| {
+        nodes.at_leader(|s| {
+            let r = s.put_object(&b, key, Default::default(), opts(4), body(b"late"));
+            nodes.rt.block_on(r)
+        })
+    };
+    // Not empty where the object is: refused, and nothing sealed there.
+    assert!(matches!(
+        seal(&nodes, parts[0]),
+        Err(StoreError::BucketNotEmpty)
+    ));
+    seal(&nodes, parts[1]).expect("an empty partition is sealed");
+    let late = put(&nodes, &key_in(&b, parts[1], "late"));
+    assert!(matches!(late, Err(StoreError::NoSuchBucket)), "{late:?}");
+    put(&nodes, &key_in(&b, parts[0], "late")).expect("the unsealed partition takes writes");
+    // The failed delete is undone: both take writes again.
+    for &p in &parts {
+        revive(&nodes, p).expect("revive");
+        put(&nodes, &key_in(&b, p, "again")).expect("revived");
+    }
+    // Emptied and sealed everywhere, still with node 3 down.
+    for &p in &parts {
+        for tag in ["kept", "late", "again"] {
+            let key = key_in(&b, p, tag);
+            nodes
+                .at_leader(|s| nodes.rt.block_on(s.delete_object(&b, &key)))
+                .expect("delete");
+        }
+    }
+    for &p in &parts {
+        seal(&nodes, p).expect("empty: sealed");
+    }
+    // Node 3 comes back with the seals from the logs; no node's own gate
+    // was sealed, so every refusal below is a seal row's.
+    nodes.start(3);
+    wait_caught_up(&nodes, 3);
+    for &p in &parts {
+        let index = nodes.stores[&3].partition(p).expect("hosted").index();
+        let row = index.get(&laneway_store::seal_rows::seal_key(b.id));
+        assert!(row.expect("get").is_some(), "node 3 has {p}'s seal");
+    }
+    // Each partition's sealing leader stops in turn; whoever leads next
+    // refuses writes into the bucket.
+    for &p in &parts {
+        let leader = nodes.leader(p);
+        nodes.stop(leader);
+        for &q in &parts {
+            let late = put(&nodes, &key_in(&b, q, "after-stop"));
+            assert!(matches!(late, Err(StoreError::NoSuchBucket)), "{late:?}");
+        }
+        nodes.start(leader);
+        wait_caught_up(&nodes, leader);
+    }
+    assert_eq!(nodes.usage(&b), (0, 0), "nothing under the sealed id");
+}

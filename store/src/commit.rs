@@ -130,6 +130,21 @@ pub enum Op {
         /// Apply time at or after which a row is kept.
         cutoff_ms: i64,
     },
+    /// Refuse later writes into `bucket` in this partition until
+    /// `until_ms`, if the partition holds none of its objects
+    /// (BucketNotEmpty otherwise): a replicated DeleteBucket's seal
+    /// ([`crate::seal_rows`]).
+    SealBucket {
+        /// Bucket.
+        bucket: BucketId,
+        /// Unix millisecond until which the seal holds.
+        until_ms: i64,
+    },
+    /// Remove `bucket`'s seal in this partition (a DeleteBucket failed).
+    ReviveBucket {
+        /// Bucket.
+        bucket: BucketId,
+    },
 }
 
 /// What refers to a volume record that compaction moves.
@@ -202,6 +217,8 @@ pub enum Outcome {
     Edited(Vec<crate::tagindex::Edited>),
     /// How many rows of repeatable calls were forgotten.
     Forgotten(u64),
+    /// A seal written or removed.
+    Sealed,
 }
 
 /// A queued request.
@@ -368,7 +385,21 @@ impl<'a> Round<'a> {
         self.overlay.insert(key, value);
     }
 
+    /// Objects of `bucket` in this partition, as this round sees them.
+    pub(crate) fn objects_in(&self, bucket: BucketId) -> StoreResult<i64> {
+        let stored = self
+            .get_raw(&usage_key(bucket))?
+            .map(|raw| Usage::decode(&raw))
+            .transpose()?
+            .unwrap_or_default();
+        let pending = self.usage.get(&bucket).map_or(0, |u| u.objects);
+        Ok(stored.objects + pending)
+    }
+
     fn apply(&mut self, op: Op) -> StoreResult<Outcome> {
+        if let Some(bucket) = crate::gate::adds_to(&op) {
+            crate::seal_rows::refuse_sealed(self, bucket, crate::partition::now_ms())?;
+        }
         match op {
             Op::Put {
                 bucket,
@@ -416,6 +447,10 @@ impl<'a> Round<'a> {
             Op::Relocate { target, from, to } => self.relocate(target, from, to),
             Op::Multipart(op) => crate::multipart::apply(self, op),
             Op::ForgetRepeats { rows, cutoff_ms } => self.forget_repeats(rows, cutoff_ms),
+            Op::SealBucket { bucket, until_ms } => {
+                crate::seal_rows::seal(self, bucket, until_ms, crate::partition::now_ms())
+            }
+            Op::ReviveBucket { bucket } => crate::seal_rows::revive(self, bucket),
         }
     }
 

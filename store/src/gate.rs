@@ -18,7 +18,10 @@
 //! (8 bytes per bucket deleted since start). A cluster node's seals
 //! ([`BucketGate::seal`]) are also written to the data directory and read
 //! back at the next start ([`crate::seals`]): the gateways that resolve
-//! buckets are other processes, which outlive the node's restart. Buckets
+//! buckets are other processes, which outlive the node's restart. A
+//! replicated partition is sealed by a row of its group instead
+//! ([`crate::seal_rows`]), which every replica that leads it later has;
+//! the gate then only holds the seals of partitions without one. Buckets
 //! share 64 stripes, so a DeleteBucket briefly delays commits of the
 //! buckets of its stripe only.
 

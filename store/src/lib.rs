@@ -42,6 +42,7 @@ pub mod remote;
 pub mod repeat;
 pub mod replication;
 pub mod rpc;
+pub mod seal_rows;
 pub mod seals;
 pub mod space;
 pub mod store;

@@ -1,5 +1,8 @@
 //! The buckets a cluster DeleteBucket sealed on this node, kept on disk
 //! (`<data>/sealed-buckets`) so that a restart does not forget them.
+//! These are the seals of partitions without a replication group (RF 1);
+//! a replicated partition's seal is a row of its group
+//! ([`crate::seal_rows`]).
 //!
 //! Why: in a cluster, the gateways that resolve a bucket are other
 //! processes, and they cache a bucket's id for up to two seconds

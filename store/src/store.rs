@@ -19,6 +19,10 @@ use std::sync::Arc;
 /// Rows read per index scan of a background sweep ([`Store::sweep`]).
 const SWEEP_CHUNK: usize = 1000;
 
+/// When the background pass of [`Store::start_compactor`] first runs
+/// after the start, at the latest.
+pub const FIRST_PASS_AFTER: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// A stream of body bytes, in or out.
 pub type BodyStream = Pin<Box<dyn Stream<Item = Result<Bytes, std::io::Error>> + Send>>;
 
@@ -347,25 +351,61 @@ impl Store {
     }
 
     /// [`Store::seal_bucket`] checking only partitions `ids` (those this
-    /// node leads; none: seal without a check). The seal itself is this
-    /// store's: it refuses writes into the bucket on every partition here.
+    /// node leads). A replicated partition is sealed by a row written
+    /// through its group ([`crate::seal_rows`]), so every replica that
+    /// leads it later refuses writes into the bucket; the others (and a
+    /// call naming none, from a gateway of an earlier build) seal this
+    /// store ([`crate::gate::BucketGate`]), which refuses them on every
+    /// partition here.
     pub async fn seal_bucket_in(
         &self,
         bucket: BucketId,
         ids: &[crate::ids::PartitionId],
     ) -> StoreResult<()> {
         let parts = self.partitions_in(ids)?;
-        let _exclusive = self.gate.exclusive(bucket).await;
-        if usage_over(&parts, bucket)?.objects != 0 {
-            return Err(StoreError::BucketNotEmpty);
+        let (grouped, local): (Vec<_>, Vec<_>) =
+            parts.into_iter().partition(|p| p.group().is_some());
+        let until_ms = crate::partition::now_ms().saturating_add(
+            i64::try_from(crate::seal_rows::SEAL_ROW_KEEP.as_millis()).unwrap_or(i64::MAX),
+        );
+        let seals = grouped.iter().map(|p| {
+            p.submit(
+                crate::commit::Op::SealBucket { bucket, until_ms },
+                Vec::new(),
+            )
+        });
+        futures::future::try_join_all(seals).await?;
+        if grouped.is_empty() || !local.is_empty() {
+            let _exclusive = self.gate.exclusive(bucket).await;
+            if usage_over(&local, bucket)?.objects != 0 {
+                return Err(StoreError::BucketNotEmpty);
+            }
+            self.gate.seal(bucket)?;
         }
-        self.gate.seal(bucket)
+        Ok(())
     }
 
     /// Undo [`Store::seal_bucket`] (another node was not empty).
     pub async fn revive_bucket(&self, bucket: BucketId) {
         let _exclusive = self.gate.exclusive(bucket).await;
         self.gate.revive(bucket);
+    }
+
+    /// Undo [`Store::seal_bucket_in`] in partitions `ids` (those this node
+    /// leads): the seal rows of the replicated ones, and this store's seal.
+    pub async fn revive_bucket_in(
+        &self,
+        bucket: BucketId,
+        ids: &[crate::ids::PartitionId],
+    ) -> StoreResult<()> {
+        let parts = self.partitions_in(ids)?;
+        let revivals = parts
+            .iter()
+            .filter(|p| p.group().is_some())
+            .map(|p| p.submit(crate::commit::Op::ReviveBucket { bucket }, Vec::new()));
+        let done = futures::future::try_join_all(revivals).await;
+        self.revive_bucket(bucket).await;
+        done.map(|_| ())
     }
 
     /// Remove the catalog record of a bucket every node has sealed (the
@@ -603,8 +643,10 @@ impl Store {
     /// `upload_max_age`, forget completed uploads older than that or a day
     /// (whichever is shorter) and calls that may be repeated older than
     /// [`crate::repeat::REPEAT_TTL`], then [`Store::compact`] sealed segments (so
-    /// writes in progress are never disturbed). The task ends when the
-    /// store shuts down.
+    /// writes in progress are never disturbed). The first pass runs
+    /// [`FIRST_PASS_AFTER`] after the start (or after `every`, if
+    /// shorter), so a node restarted more often than `every` still
+    /// compacts. The task ends when the store shuts down.
     pub fn start_compactor(
         self: &Arc<Self>,
         every: std::time::Duration,
@@ -614,8 +656,8 @@ impl Store {
         self.start_low_space_compactor();
         let store = Arc::downgrade(self);
         tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every);
-            tick.tick().await;
+            let first = tokio::time::Instant::now() + every.min(FIRST_PASS_AFTER);
+            let mut tick = tokio::time::interval_at(first, every);
             loop {
                 tick.tick().await;
                 let Some(store) = store.upgrade() else { return };

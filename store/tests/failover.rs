@@ -608,7 +608,7 @@ async fn hosts() -> Hosts {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn totals_and_upload_listings_count_each_partition_once_and_a_delete_seals_every_node() {
+async fn totals_and_upload_listings_count_each_partition_once_and_a_delete_seals_each_partition() {
     let h = hosts().await;
     let t = TenantId("acme".into());
     let b = h
@@ -682,8 +682,11 @@ async fn totals_and_upload_listings_count_each_partition_once_and_a_delete_seals
             .await
             .expect("writes still go in");
     }
-    // Empty: deleted, and sealed on every node (each could lead one of
-    // its partitions later), so no node takes a write into it.
+    // Empty: deleted, and sealed at the node answering for each partition
+    // (these partitions have no groups, so each node's seal is its own
+    // gate's; every node answers for some partition here), so no node
+    // takes a write into it. Replicated partitions seal through their
+    // groups instead: replica/tests/store_groups.rs.
     for store in &h.stores {
         for i in 0..20 {
             store

@@ -297,6 +297,9 @@ impl Inner {
                 reply(&s.seal_bucket_in(bucket, &partitions).await?)
             }
             Call::ReviveBucket { bucket } => reply(&s.revive_bucket(bucket).await),
+            Call::ReviveBucketIn { bucket, partitions } => {
+                reply(&s.revive_bucket_in(bucket, &partitions).await?)
+            }
             Call::BucketUsage { bucket, partitions } => {
                 reply(&s.bucket_usage_in(bucket, &partitions)?)
             }

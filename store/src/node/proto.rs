@@ -370,6 +370,16 @@ pub enum Call {
         /// The change.
         change: crate::replication::MemberChange,
     },
+    /// Undo the seal of a bucket in `partitions`, which this node leads
+    /// (`()`): their seal rows, written through their groups, and this
+    /// node's own seal. Sent to the leaders of every partition after a
+    /// replicated DeleteBucket failed (`RemoteStore::delete_bucket`).
+    ReviveBucketIn {
+        /// The bucket.
+        bucket: BucketId,
+        /// The partitions whose seal rows go.
+        partitions: Vec<PartitionId>,
+    },
 }
 
 /// One replication group at one node (`laneway cluster status`).
@@ -434,6 +444,7 @@ impl Call {
             Call::QuotaRelease { .. } => "quota_release",
             Call::Groups => "groups",
             Call::ChangeMembers { .. } => "change_members",
+            Call::ReviveBucketIn { .. } => "revive_bucket_in",
         }
     }
 
@@ -458,6 +469,7 @@ impl Call {
             | Call::ChangeMembers { .. }
             | Call::SealBucket { .. }
             | Call::ReviveBucket { .. }
+            | Call::ReviveBucketIn { .. }
             | Call::BucketUsage { .. }
             | Call::BucketPending { .. }
             | Call::ListRuns { .. }
@@ -529,6 +541,7 @@ impl Call {
     pub fn named_partitions(&self, count: u32) -> Vec<PartitionId> {
         match self {
             Call::SealBucket { partitions, .. }
+            | Call::ReviveBucketIn { partitions, .. }
             | Call::BucketUsage { partitions, .. }
             | Call::BucketPending { partitions, .. }
             | Call::ListMultipartUploads { partitions, .. } => partitions.clone(),
@@ -561,7 +574,7 @@ impl Call {
     /// - Reads, and the idempotent writes: PutObjectTags, DeleteObject (a
     ///   repeat answers "did not exist", which S3 does not show),
     ///   ReplaceObjectMeta (no precondition), EditTags ("applying it twice
-    ///   is applying it once"), SealBucket, ReviveBucket, SetBucketTags,
+    ///   is applying it once"), SealBucket, ReviveBucket(In), SetBucketTags,
     ///   QuotaRelease, ChangeMembers (adding a learner twice, or setting
     ///   the voters it already has, changes nothing).
     /// - AbortMultipartUpload and an unconditional
@@ -587,6 +600,7 @@ impl Call {
             | Call::EditTags { .. }
             | Call::SealBucket { .. }
             | Call::ReviveBucket { .. }
+            | Call::ReviveBucketIn { .. }
             | Call::SetBucketTags { .. }
             | Call::QuotaRelease { .. }
             | Call::AbortMultipartUpload { .. } => true,
@@ -690,6 +704,10 @@ pub(crate) mod tests {
                 bucket: b.id,
                 partitions: Vec::new(),
             },
+            Call::ReviveBucketIn {
+                bucket: b.id,
+                partitions: vec![PartitionId(1)],
+            },
         ];
         for call in &repeat {
             assert!(call.may_repeat(), "{}", call.name());
@@ -755,6 +773,11 @@ pub(crate) mod tests {
                 .named_partitions(8)
                 .is_empty()
         );
+        let revive = Call::ReviveBucketIn {
+            bucket: b.id,
+            partitions: vec![PartitionId(2)],
+        };
+        assert_eq!(revive.named_partitions(8), vec![PartitionId(2)]);
         assert!(complete(WriteCond::None).named_partitions(8).is_empty());
     }
 }

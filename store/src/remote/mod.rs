@@ -18,8 +18,8 @@
 //!
 //! Caches, never truth: a bucket found is remembered for
 //! [`BUCKET_TTL`] (a bucket deleted through another gateway refuses
-//! writes at once anyway: DeleteBucket seals it on every node first,
-//! [`RemoteStore::delete_bucket`]); a bucket not found is never cached, so
+//! writes at once anyway: DeleteBucket seals it in every partition
+//! first, [`RemoteStore::delete_bucket`]); a bucket not found is never cached, so
 //! one created through another gateway is usable at once.
 
 mod leaders;
@@ -228,18 +228,6 @@ impl RemoteStore {
             .map_err(|f| f.error)
     }
 
-    /// Every node holding a replica of some partition, in name order.
-    fn nodes(&self) -> Vec<NodeId> {
-        let map = self.map();
-        let mut nodes: Vec<NodeId> = map
-            .partitions()
-            .flat_map(|p| map.replicas(p).iter().cloned())
-            .collect();
-        nodes.sort();
-        nodes.dedup();
-        nodes
-    }
-
     /// Send `call` and keep only its reply.
     async fn ask<T: DeserializeOwned>(&self, call: Call) -> StoreResult<T> {
         Ok(self.send(call, None).await?.0)
@@ -283,41 +271,24 @@ impl RemoteStore {
     }
 
     /// DeleteBucket across nodes: seal the bucket at the leader of every
-    /// partition (each checks, under its commit gate, that the partitions
-    /// it leads hold none of its objects, then refuses later writes into
-    /// it), then remove its catalog record. A partition that is not empty
-    /// (or a leader that cannot be reached in time) revives the bucket on
-    /// every node, and the delete fails with its error.
+    /// partition (each checks that the partitions it leads hold none of
+    /// its objects and refuses later writes into it), then remove its
+    /// catalog record. A partition that is not empty (or a leader that
+    /// cannot be reached in time) undoes the seals, and the delete fails
+    /// with its error.
     ///
-    /// A seal is the node's (a mark its commits check), not the
-    /// partition group's: a replica elected after the seal would not have
-    /// it. So with replicas, every node is sealed first without a check,
-    /// and only then are the leaders asked to check: a write committing
-    /// anywhere after that meets a seal, and one committed before it is
-    /// counted by the check. A node that cannot be reached fails the delete
-    /// (503): it could lead later without the seal. A node writes its
-    /// seals to its data directory and reads them back when it restarts
-    /// ([`crate::seals`]; bucket ids are never reused, and a write into a
-    /// deleted bucket needs a gateway that still caches it,
-    /// [`BUCKET_TTL`]). What this does not cover: a node that lost its
-    /// disk in that window comes back without them.
+    /// With replicas, a partition's seal is a row written through its
+    /// group ([`crate::seal_rows`]): a replica elected after the seal has
+    /// it too, so only each partition's leader is asked, and the delete
+    /// succeeds while a store node is down, as writes do. Without, a
+    /// partition has one node, whose seal ([`crate::gate`]) is written to
+    /// its data directory and read back when it restarts
+    /// ([`crate::seals`]). Either way the seal outlives the window in
+    /// which a write resolved before the delete can arrive: bucket ids are
+    /// never reused, and a write into a deleted bucket needs a gateway
+    /// that still caches it ([`BUCKET_TTL`]).
     async fn delete_bucket_everywhere(&self, tenant: &TenantId, name: &str) -> StoreResult<()> {
         let b = self.fetch_bucket(tenant, name).await?;
-        let map = self.map();
-        let nodes = self.nodes();
-        if map.partitions().any(|p| map.replicas(p).len() > 1) {
-            let seals = nodes.iter().map(|node| {
-                let call = Call::SealBucket {
-                    bucket: b.id,
-                    partitions: Vec::new(),
-                };
-                self.call_node::<()>(node, call)
-            });
-            if let Err(e) = futures::future::try_join_all(seals).await {
-                self.revive(b.id, &nodes).await;
-                return Err(e);
-            }
-        }
         let checked: StoreResult<Vec<()>> = self
             .each_partition(|partitions| Call::SealBucket {
                 bucket: b.id,
@@ -325,7 +296,7 @@ impl RemoteStore {
             })
             .await;
         if let Err(e) = checked {
-            self.revive(b.id, &nodes).await;
+            self.revive(b.id).await;
             return Err(e);
         }
         let dropped: StoreResult<()> = self
@@ -338,7 +309,7 @@ impl RemoteStore {
             .buckets
             .invalidate(&(tenant.clone(), name.to_string()));
         if let Err(e) = dropped {
-            self.revive(b.id, &nodes).await;
+            self.revive(b.id).await;
             return Err(e);
         }
         Ok(())
@@ -369,18 +340,19 @@ impl RemoteStore {
             .fold(EditCounts::default(), EditCounts::plus))
     }
 
-    /// Undo a seal on `nodes` (a seal that did not happen is undone
-    /// harmlessly). A node that cannot be reached keeps refusing writes
-    /// into the bucket until it restarts.
-    async fn revive(&self, bucket: BucketId, nodes: &[NodeId]) {
-        let revivals = nodes.iter().map(|node| async move {
-            let r: StoreResult<()> = self.call_node(node, Call::ReviveBucket { bucket }).await;
-            if let Err(e) = r {
-                tracing::warn!(%node, bucket = bucket.0, error = %e,
-                    "could not revive a bucket after a failed delete; if the node sealed it, writes into it fail there until it restarts");
-            }
-        });
-        futures::future::join_all(revivals).await;
+    /// Undo a failed delete's seals at the leader of every partition (a
+    /// seal that did not happen is undone harmlessly). A partition whose
+    /// leader cannot be reached keeps refusing writes into the bucket
+    /// until its seal expires ([`crate::seal_rows::SEAL_ROW_KEEP`]), or,
+    /// without replicas, until its node restarts.
+    async fn revive(&self, bucket: BucketId) {
+        let revived: StoreResult<Vec<()>> = self
+            .each_partition(|partitions| Call::ReviveBucketIn { bucket, partitions })
+            .await;
+        if let Err(e) = revived {
+            tracing::warn!(bucket = bucket.0, error = %e,
+                "could not revive a bucket after a failed delete; where it was sealed, writes into it fail until the seal expires");
+        }
     }
 }
 
