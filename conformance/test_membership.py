@@ -9,6 +9,10 @@ in order, each starting from the cluster the one before left:
    workload runs: every node then holds 6 of the 24 replicas, store-4
    among them, and `laneway cluster status` shows store-4 in exactly the
    groups the map gives it. A second rebalance has nothing to move.
+   Then a gateway started with a copy of the file from before add-node
+   (another host's copy, never rewritten) takes the newer map from the
+   catalog (`cluster/map`): its /metrics report the current map version
+   and store-4 in its groups, and it serves every partition.
 2. store-3, which held every partition at the start and had some moved
    to store-4, deletes its copies of exactly those partitions (log,
    index rows, volume segments, snapshots) while it runs, once no leader
@@ -58,9 +62,11 @@ from __future__ import annotations
 import builtins
 import os
 import re
+import shutil
 import signal
 import subprocess
 import time
+import urllib.request
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,8 +76,8 @@ import botocore.exceptions
 import pytest
 
 import lincheck
-from cluster_util import LocalCluster, free_port_block, tail
-from conftest import terminate
+from cluster_util import LocalCluster, free_port_block, poll, s3_client, tail
+from conftest import ACCESS_KEY, ADMIN_TOKEN, SECRET_KEY, terminate, unique_bucket_name
 from lincheck import Op
 from test_replication import (STORE_READY, Nemesis, client, cluster_status, kill_node, node_cmdline, read_back,
                               restart_node)
@@ -484,6 +490,9 @@ def test_a_fourth_node_takes_its_share_under_load(nemesis, cluster):
     every node, store-4 a member of exactly its groups, nothing lost."""
     before = read_map(cluster)
     assert not map_problems(before, ORIGINAL), "\n".join(map_problems(before, ORIGINAL) + [before.show()])
+    # Another host's copy of the file, as it was before the change (beside
+    # the original, so its secret file resolves): the next test's gateway.
+    shutil.copy(cluster_file(cluster), stale_file(cluster))
     # A short warm-up: the workload's calls are bounded (test_replication's
     # OPS_PER_THREAD), most of them should overlap the moves.
     nemesis.start("add-node", seed=21, warmup=1.0)
@@ -524,6 +533,85 @@ def test_a_fourth_node_takes_its_share_under_load(nemesis, cluster):
     nemesis.problems += problems
     nemesis.verify("add-node")
     remember(cluster, nemesis)
+
+
+def stale_file(cluster) -> Path:
+    """The copy of the cluster file taken before add-node."""
+    return cluster.dir / "before-add-node.toml"
+
+
+def gateway_metrics(admin: str) -> str:
+    req = urllib.request.Request(admin + "/metrics")
+    req.add_header("Authorization", f"Bearer {ADMIN_TOKEN}")
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        return resp.read().decode()
+
+
+def start_gateway(cluster, name: str, cluster_path: Path) -> tuple[subprocess.Popen, str, str, Path]:
+    """A gateway started with gateway-1's command line but its own ports and
+    the cluster file `cluster_path`; (process, S3 endpoint, admin URL,
+    log), once it prints its listening line."""
+    port = free_port_block(2)
+    pid = cluster.child("gateway-1").pid
+    cmd = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
+    cmd = with_flags(cmd, {
+        "--listen": f"127.0.0.1:{port}",
+        "--admin-listen": f"127.0.0.1:{port + 1}",
+        "--cluster": str(cluster_path),
+    })
+    log = cluster.dir / "logs" / f"{name}.log"
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                env=cluster.env, start_new_session=True)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while "laneway listening on http://" not in log.read_text(errors="replace"):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            terminate(proc, 30)
+            pytest.fail(f"{name} did not start (exit {proc.poll()})\n{tail(log, 40)}", pytrace=False)
+        time.sleep(0.1)
+    return proc, f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port + 1}", log
+
+
+@pytest.mark.timeout(300)
+def test_a_gateway_whose_file_predates_the_new_node_routes_by_the_catalog_s_map(cluster):
+    """The map is shared through the catalog (docs/replication.md,
+    "Membership changes"): a gateway started with the cluster file as it
+    was before add-node (another host's copy: no store-4, an older map
+    version, never rewritten) takes the newer map from the catalog within
+    a few rounds of its leader watch: its /metrics report the file's
+    current map version and store-4 among the replicas of exactly the
+    groups the map gives it, and it serves writes and reads on every
+    partition, store-4's included. Its own file is left as it was."""
+    stale = stale_file(cluster)
+    old_text = stale.read_text()
+    now = read_map(cluster)
+    proc, endpoint, admin, log = start_gateway(cluster, "gateway-stale", stale)
+    try:
+        want = f"laneway_cluster_map_version {now.version}\n"
+        poll(lambda: want in gateway_metrics(admin), 30, interval=0.5,
+             what=f"the stale gateway routes by map version {now.version}")
+        held = set(now.held_by(NEW))
+
+        def store_4_listed() -> bool:
+            text = gateway_metrics(admin)
+            listed = {int(p) for p in re.findall(
+                r'laneway_group_replica_up\{group="p(\d+)",node="' + NEW + r'"\}', text)}
+            return listed == held
+
+        poll(store_4_listed, 30, interval=0.5, what=f"the stale gateway lists {NEW} in groups {sorted(held)}")
+        s3 = s3_client(endpoint, ACCESS_KEY, SECRET_KEY, attempts=5, read_timeout=8)
+        bucket = unique_bucket_name("stale")
+        s3.create_bucket(Bucket=bucket)
+        for i in range(64):
+            s3.put_object(Bucket=bucket, Key=f"k{i:02d}", Body=f"v{i}".encode())
+        for i in range(64):
+            assert s3.get_object(Bucket=bucket, Key=f"k{i:02d}")["Body"].read() == f"v{i}".encode()
+        for i in range(64):
+            s3.delete_object(Bucket=bucket, Key=f"k{i:02d}")
+        s3.delete_bucket(Bucket=bucket)
+        assert stale.read_text() == old_text, "the gateway rewrote its own cluster file"
+    finally:
+        terminate(proc, 30)
 
 
 @pytest.mark.timeout(300)

@@ -243,6 +243,7 @@ impl AdminState {
     pub fn metrics(&self) -> String {
         let mut out = self.lanes.render(&self.registry);
         if let Some(view) = self.store.replication() {
+            crate::cluster::status::render_map_version(&mut out, view.map.version());
             let reports = view.reports.into_iter().collect();
             let groups = crate::cluster::status::join(&view.map, &reports);
             crate::cluster::status::render_metrics(&mut out, &groups);

@@ -35,6 +35,7 @@ use clap::Args;
 use laneway_store::cluster::placement::{GroupRef, Move, check_move, drain_step, rebalance_step};
 use laneway_store::cluster::{ClusterFile, FileMapSource, MapSource, NodeId, NodeInfo};
 use laneway_store::node::proto::{Call, GroupReport};
+use laneway_store::remote::MapShare;
 use laneway_store::remote::RemoteStore;
 use laneway_store::replication::{GroupStatus, MemberChange};
 use laneway_store::rpc::CallOptions;
@@ -52,6 +53,9 @@ pub const CATCH_UP_SLACK: u64 = 64;
 /// Longest one call of a membership step may take (a change of voters
 /// commits two configurations).
 const STEP_DEADLINE: Duration = Duration::from_secs(40);
+
+/// How long a command waits for the catalog's copy of the map (`agree`).
+const AGREE_DEADLINE: Duration = Duration::from_secs(10);
 
 /// Pause between two looks at a catching-up learner.
 const POLL: Duration = Duration::from_millis(250);
@@ -117,12 +121,15 @@ pub struct RemoveNodeArgs {
 pub fn add_node(args: AddNodeArgs) -> ExitCode {
     let done = (|| {
         let id = NodeId::parse(&args.id).map_err(|e| format!("--id {:?}: {e}", args.id))?;
+        let rt = super::runtime()?;
+        rt.block_on(agree(&args.file))?;
         let file = load_replicated(&args.file)?;
         let file = file.with_node(NodeInfo {
             id: id.clone(),
             rpc: args.rpc.clone(),
         })?;
         file.save().map_err(|e| e.to_string())?;
+        rt.block_on(agree(&args.file))?;
         println!(
             "added {id} (rpc {}) to {}, map version {}; start it (`laneway store --cluster {} --node {id} ...`), \
              then `laneway cluster rebalance` gives it its share",
@@ -183,6 +190,8 @@ pub fn remove_node(args: RemoveNodeArgs) -> ExitCode {
     let done = (|| {
         let id = NodeId::parse(&args.id).map_err(|e| format!("--id {:?}: {e}", args.id))?;
         let timeout = Duration::from_secs(args.plan.timeout);
+        let rt = super::runtime()?;
+        rt.block_on(agree(&args.plan.file))?;
         let first = load_replicated(&args.plan.file)?;
         if first.node(id.as_str()).is_none() {
             return Err(format!("node {id} is not in the cluster file"));
@@ -195,7 +204,6 @@ pub fn remove_node(args: RemoveNodeArgs) -> ExitCode {
                 first.map.catalog().len()
             ));
         }
-        let rt = super::runtime()?;
         loop {
             let file = load_replicated(&args.plan.file)?;
             let Some(m) = drain_step(&file.map, &file.nodes, &id)? else {
@@ -205,6 +213,7 @@ pub fn remove_node(args: RemoveNodeArgs) -> ExitCode {
         }
         let file = load_replicated(&args.plan.file)?.without_node(&id)?;
         file.save().map_err(|e| e.to_string())?;
+        rt.block_on(agree(&args.plan.file))?;
         println!(
             "removed {id} from {}, map version {}; it holds no replica and may be stopped",
             file.path.display(),
@@ -242,6 +251,7 @@ fn load_replicated(path: &Path) -> Result<ClusterFile, String> {
 /// `timeout` in all, then write the file.
 async fn move_replica(path: &Path, m: &Move, timeout: Duration) -> Result<(), String> {
     let deadline = Instant::now() + timeout;
+    agree(path).await?;
     let file = load_replicated(path)?;
     check_move(&file, m)?;
     let cluster = client(path)?;
@@ -288,6 +298,7 @@ async fn move_replica(path: &Path, m: &Move, timeout: Duration) -> Result<(), St
     wait_for_voters(&cluster, &asked, p, &voters, deadline).await?;
     let file = load_replicated(path)?.with_replica_moved(m)?;
     file.save().map_err(|e| e.to_string())?;
+    agree(path).await?;
     let left = match p {
         GroupRef::Partition(_) => format!(" ({} deletes its copy when it next starts)", m.from),
         GroupRef::Catalog => String::new(),
@@ -300,13 +311,50 @@ async fn move_replica(path: &Path, m: &Move, timeout: Duration) -> Result<(), St
 /// step's time.
 fn client(path: &Path) -> Result<RemoteStore, String> {
     let source = FileMapSource::open(path).map_err(|e| e.to_string())?;
+    client_of(Arc::new(source))
+}
+
+/// A client routing by `source`, whose calls may take a membership
+/// step's time.
+fn client_of(source: Arc<FileMapSource>) -> Result<RemoteStore, String> {
     let file = source.file();
     let opts = CallOptions {
         deadline: STEP_DEADLINE,
         ..CallOptions::default()
     };
-    let map: Arc<dyn MapSource> = Arc::new(source);
+    let map: Arc<dyn MapSource> = source;
     RemoteStore::new(&file, map, opts).map_err(|e| e.to_string())
+}
+
+/// Bring the file at `path` and the catalog's copy of the map
+/// (`MAP_DOC`) to the newer of the two: the catalog's written to the
+/// file when newer (this host's file was older: another host's command
+/// changed the map), this file's published when the catalog's is older
+/// (the change just written). Every command starts and ends with it. A
+/// catalog that does not answer is reported and the file used as it is:
+/// the leader watch of every gateway and node reading this file
+/// publishes it within a second.
+async fn agree(path: &Path) -> Result<(), String> {
+    let source = Arc::new(FileMapSource::open(path).map_err(|e| e.to_string())?);
+    let cluster = client_of(Arc::clone(&source))?;
+    match cluster.share_map(AGREE_DEADLINE).await {
+        Ok(MapShare::Taken) => {
+            let file = source.file();
+            file.save().map_err(|e| e.to_string())?;
+            println!(
+                "{}: took the cluster's newer map (version {}) from the catalog",
+                path.display(),
+                file.map.version()
+            );
+        }
+        Ok(MapShare::Same | MapShare::Published) => {}
+        Err(e) => eprintln!(
+            "laneway: warning: the catalog's copy of the partition map was not compared with {} ({e}); \
+             going on with the file",
+            path.display()
+        ),
+    }
+    Ok(())
 }
 
 /// Ask `step` until it succeeds or `deadline` passes (a group without a

@@ -284,6 +284,20 @@ fn replica_cell(r: &ReplicaView) -> String {
     )
 }
 
+/// The version of the partition map this gateway routes by (its file's,
+/// or the catalog's newer copy), as Prometheus text.
+pub fn render_map_version(out: &mut String, version: u64) {
+    use crate::lanes::metrics::header;
+    use std::fmt::Write;
+    header(
+        out,
+        "laneway_cluster_map_version",
+        "gauge",
+        "Version of the partition map this gateway routes by.",
+    );
+    let _ = writeln!(out, "laneway_cluster_map_version {version}");
+}
+
 /// A per-replica gauge: its name, its help, and its value of a replica.
 type ReplicaGauge = (&'static str, &'static str, fn(&ReplicaView) -> u64);
 

@@ -211,6 +211,43 @@ pub trait MapSource: Send + Sync {
     fn poll(&self) -> Result<Arc<PartitionMap>, ClusterFileError> {
         self.refresh(u64::MAX)
     }
+
+    /// The cluster file this source holds, as TOML, to publish as the
+    /// catalog's copy ([`MAP_DOC`]); `None`: it has none to share.
+    fn published(&self) -> Option<String> {
+        None
+    }
+
+    /// The catalog's copy of the cluster file (`text`): taken if its map
+    /// is newer than this source's. What it was to this source.
+    fn offer(&self, _text: &str) -> Result<Offer, ClusterFileError> {
+        Ok(Offer::Same)
+    }
+}
+
+/// The name of the catalog document that holds the cluster file, with the
+/// newest partition map any process has seen ([`MapSource::offer`]).
+///
+/// Why: the map says which nodes hold which partition and where each node
+/// listens. Kept only in a file, every host of a multi-host cluster would
+/// need that same file, rewritten by every `laneway cluster` membership
+/// command. In the catalog's group it is replicated like the tenants and
+/// buckets: each client's leader watch reads it every round and takes a
+/// newer map, and publishes its own when the catalog's is older (a
+/// command that just wrote its file, a hand edit, a cluster from before
+/// the document). A process's file is then its starting point, and needs
+/// to name only nodes through which the catalog can be reached.
+pub const MAP_DOC: &str = "cluster/map";
+
+/// What a copy of the cluster file offered to a source was to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Offer {
+    /// Newer: the source's map now.
+    Taken,
+    /// The same map version.
+    Same,
+    /// Older than the source's map.
+    Older,
 }
 
 /// The map as the cluster file on local disk says (every gateway and node
@@ -242,7 +279,17 @@ impl FileMapSource {
     /// the partition count.
     fn reload(&self) -> Result<(), ClusterFileError> {
         let file = ClusterFile::load(&self.path)?;
-        let old = self.current();
+        self.take_if_newer(file).map(|_| ())
+    }
+
+    /// Hold `file` if its map is newer than the one held and has the same
+    /// partition count; what it was. The secret file stays the one this
+    /// source was opened with (another host's copy names its own).
+    fn take_if_newer(&self, mut file: ClusterFile) -> Result<Offer, ClusterFileError> {
+        // Compared and replaced under one lock: of two newer maps taken at
+        // once, the newest stays.
+        let mut current = self.current.write();
+        let old = &current.map;
         if file.map.partition_count() != old.partition_count() {
             return Err(ClusterFileError::Invalid {
                 path: self.path.clone(),
@@ -253,11 +300,15 @@ impl FileMapSource {
                 ),
             });
         }
-        if file.map.version() > old.version() {
-            *self.map.write() = Arc::new(file.map.clone());
-            *self.current.write() = Arc::new(file);
-        }
-        Ok(())
+        let offer = match file.map.version().cmp(&old.version()) {
+            std::cmp::Ordering::Greater => Offer::Taken,
+            std::cmp::Ordering::Equal => return Ok(Offer::Same),
+            std::cmp::Ordering::Less => return Ok(Offer::Older),
+        };
+        file.secret_file = current.secret_file.clone();
+        *self.map.write() = Arc::new(file.map.clone());
+        *current = Arc::new(file);
+        Ok(offer)
     }
 }
 
@@ -275,6 +326,14 @@ impl MapSource for FileMapSource {
 
     fn nodes(&self) -> Vec<NodeInfo> {
         self.file().nodes.clone()
+    }
+
+    fn published(&self) -> Option<String> {
+        Some(self.file().to_toml())
+    }
+
+    fn offer(&self, text: &str) -> Result<Offer, ClusterFileError> {
+        self.take_if_newer(ClusterFile::parse(&self.path, text)?)
     }
 }
 
@@ -364,6 +423,55 @@ mod tests {
         );
         std::fs::write(&spec.path, eight.to_toml()).expect("write");
         let err = src.refresh(9).expect_err("count change");
+        assert!(err.to_string().contains("fixed"), "{err}");
+        assert_eq!(src.current().version(), 2);
+    }
+
+    #[test]
+    fn the_catalog_s_copy_is_taken_when_newer_with_its_nodes_but_not_its_secret_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let spec = spec(dir.path(), 2, 4);
+        init_cluster(&spec).expect("init");
+        let src = FileMapSource::open(&spec.path).expect("open");
+        let mine = src.file();
+        // Another host's copy: a node added (map one newer), its own
+        // secret file's name.
+        let mut theirs = mine
+            .with_node(NodeInfo {
+                id: NodeId::parse("s9").expect("id"),
+                rpc: "127.0.0.1:9199".into(),
+            })
+            .expect("add");
+        theirs.secret_file = dir.path().join("theirs.secret");
+        let text = theirs.to_toml();
+        assert_eq!(src.offer(&text).expect("offer"), Offer::Taken);
+        assert_eq!(src.current().version(), 2);
+        assert!(src.nodes().iter().any(|n| n.id.as_str() == "s9"));
+        assert_eq!(src.file().secret_file, mine.secret_file);
+        assert_eq!(src.offer(&text).expect("offer"), Offer::Same);
+        // The file here is older: polled, it does not take the map back,
+        // and published, the newer map goes out.
+        assert_eq!(src.poll().expect("poll").version(), 2);
+        assert_eq!(src.offer(&mine.to_toml()).expect("offer"), Offer::Older);
+        let published = src.published().expect("published");
+        let back = ClusterFile::parse(&spec.path, &published).expect("parse");
+        assert_eq!(back.map.version(), 2);
+        assert_eq!(back.nodes.len(), 3);
+        // Not a cluster file, or another partition count: refused, kept.
+        assert!(src.offer("not toml [").is_err());
+        let mut eight = ClusterFile::parse(
+            &spec.path,
+            &std::fs::read_to_string(&spec.path).expect("read"),
+        )
+        .expect("parse");
+        eight.map = PartitionMap::new(
+            9,
+            eight.map.catalog().to_vec(),
+            (0..8)
+                .map(|_| eight.map.replicas(PartitionId(0)).to_vec())
+                .collect(),
+        );
+        let err = src.offer(&eight.to_toml()).expect_err("count change");
         assert!(err.to_string().contains("fixed"), "{err}");
         assert_eq!(src.current().version(), 2);
     }

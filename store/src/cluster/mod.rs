@@ -8,12 +8,15 @@
 //! its own map version, and a gateway holding an older map refreshes it
 //! through a [`map::MapSource`] and retries.
 //!
-//! Where the map lives is hidden behind [`map::MapSource`]: today it is the
-//! cluster file ([`map::FileMapSource`]), shared by every process and read
-//! again by each client's leader watch once a second. With replication the
-//! groups' memberships are the truth and the map follows them: `laneway
-//! cluster move-partition` changes a group through the engine, then writes
-//! the map ([`placement`]).
+//! Where the map lives is hidden behind [`map::MapSource`]: the cluster
+//! file ([`map::FileMapSource`]), read again by each client's leader watch
+//! once a second, and with replication also the catalog's copy of it
+//! ([`map::MAP_DOC`]), which the watch reads in the same round: the newer
+//! map wins, so a process whose own file is older (another host's copy)
+//! still routes by the newest. With replication the groups' memberships
+//! are the truth and the map follows them: `laneway cluster
+//! move-partition` changes a group through the engine, then writes the
+//! map, to its file and to the catalog ([`placement`]).
 //!
 //! Each partition lists its replicas in order; with a replication factor of
 //! 1 that is one node. The first replica is the partition's preferred
@@ -26,4 +29,6 @@ pub mod placement;
 
 pub use file::{ClusterFile, ClusterFileError};
 pub use init::{InitSpec, init_cluster};
-pub use map::{FileMapSource, MapSource, NodeId, NodeInfo, PartitionMap, raft_id_of};
+pub use map::{
+    FileMapSource, MAP_DOC, MapSource, NodeId, NodeInfo, Offer, PartitionMap, raft_id_of,
+};

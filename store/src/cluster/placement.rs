@@ -6,8 +6,9 @@
 //! the replication groups' memberships are what is true. So the tool
 //! changes a group first (through the engine's membership change) and
 //! only then writes the file ([`ClusterFile::with_replica_moved`]), one
-//! version newer, which every client takes within a round of its leader
-//! watch. Every edit here is checked by the same parser that reads the
+//! version newer, and publishes it as the catalog's copy
+//! ([`crate::cluster::MAP_DOC`]), which every client takes within a round
+//! of its leader watch. Every edit here is checked by the same parser that reads the
 //! file ([`ClusterFile::save`]), so the tool never writes a file a node
 //! would refuse.
 //!

@@ -24,10 +24,12 @@
 
 mod leaders;
 mod list;
+mod map_doc;
 mod route;
 mod watch;
 mod window;
 
+pub use map_doc::MapShare;
 pub use watch::ReplicationView;
 
 use crate::client::{Fut, StoreClient};

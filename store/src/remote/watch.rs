@@ -30,6 +30,7 @@
 //! hurried round keeps no report (a node slower than its short deadline
 //! is not shown as silent).
 
+use super::MapShare;
 use super::RemoteStore;
 use super::leaders::Target;
 use crate::cluster::{NodeId, PartitionMap};
@@ -96,7 +97,9 @@ impl RemoteStore {
         }))
     }
 
-    /// Take a newer map if the source has one, ask every node which
+    /// Take a newer map if the source has one (its file, or the catalog's
+    /// copy: [`RemoteStore::share_map`], which also publishes this
+    /// client's map when the catalog's is older), ask every node which
     /// groups it leads (each answer due `within`) and remember the leaders
     /// found. Each node's claims count as soon as it answers, so a node
     /// that does not (a stopped one) delays no other's news by the round's
@@ -105,7 +108,20 @@ impl RemoteStore {
         if let Err(e) = self.inner.map.poll() {
             tracing::warn!(error = %e, "the partition map could not be read again; keeping the one in use");
         }
-        let (map, nodes, reports) = self.claims_round(within).await;
+        // Beside the claims, so a catalog electing a leader delays no
+        // partition's news.
+        let (shared, (map, nodes, reports)) =
+            tokio::join!(self.share_map(within), self.claims_round(within));
+        match shared {
+            Ok(MapShare::Taken) => tracing::info!(
+                version = self.map().version(),
+                "took a newer partition map from the catalog"
+            ),
+            Ok(_) => {}
+            Err(e) => {
+                tracing::debug!(error = %e, "the catalog's copy of the partition map was not read")
+            }
+        }
         *self.inner.reports.lock() = Some(ReplicationView {
             map,
             reports: nodes.into_iter().zip(reports).collect(),
