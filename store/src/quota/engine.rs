@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 /// Bytes, objects and upload creations of one tenant's writes in flight.
-#[derive(Default, Debug, Clone, Copy)]
+#[derive(Default, Debug, Clone, Copy, PartialEq, Eq)]
 struct Inflight {
     bytes: u64,
     objects: u64,
@@ -144,19 +144,19 @@ async fn upload_room(
     slot: &Slot,
 ) -> StoreResult<Inflight> {
     let max = limits.max_open_uploads;
-    let open = open_uploads(store, tenant).await?;
-    let mut inflight = slot.inflight.lock();
-    if open + inflight.uploads >= max {
-        return Err(StoreError::QuotaExceeded(format!(
-            "This tenant has {open} multipart uploads in progress, the most it may have \
-             (max_open_uploads = {max}); complete or abort some first."
-        )));
-    }
-    inflight.uploads += 1;
-    Ok(Inflight {
+    let refuses = |open: &u64, inflight: &Inflight| {
+        (open + inflight.uploads >= max).then(|| {
+            format!(
+                "This tenant has {open} multipart uploads in progress, the most it may have \
+                 (max_open_uploads = {max}); complete or abort some first."
+            )
+        })
+    };
+    let one = Inflight {
         uploads: 1,
         ..Inflight::default()
-    })
+    };
+    settled(slot, || open_uploads(store, tenant), refuses, one).await
 }
 
 /// Check the bytes and objects of `w` against the quotas and count them
@@ -168,18 +168,59 @@ async fn room(
     slot: &Slot,
     w: Delta,
 ) -> StoreResult<Inflight> {
-    let used = tenant_totals(store, tenant).await?;
-    let mut inflight = slot.inflight.lock();
-    if let Some(why) = refusal(limits, &used, &inflight, &w) {
-        return Err(StoreError::QuotaExceeded(why));
-    }
-    inflight.bytes += w.bytes;
-    inflight.objects += w.objects;
-    Ok(Inflight {
+    let refuses = |used: &TenantTotals, inflight: &Inflight| refusal(limits, used, inflight, &w);
+    let adds = Inflight {
         bytes: w.bytes,
         objects: w.objects,
         uploads: 0,
-    })
+    };
+    settled(slot, || tenant_totals(store, tenant), refuses, adds).await
+}
+
+/// Reads of a tenant's usage one check makes at most while holds are
+/// given back during them ([`settled`]).
+const SETTLE_READS: usize = 3;
+
+/// Read the tenant's committed usage with `read`, check it with
+/// `refuses` next to what is in flight, and count `adds` in flight if it
+/// fits (the caller holds the tenant's check lock, so no hold is added
+/// meanwhile; holds are only given back).
+///
+/// Every write is counted at least once. A hold is given back only after
+/// its write committed or failed, so a write whose hold is given back
+/// while usage is read may or may not be in what the read returns; it is
+/// counted in flight as it was before the read (`before`), so it is never
+/// missed (missed, two writes racing for the last bytes could both be
+/// admitted: the quota passed by a whole object). Counted twice instead,
+/// a check could refuse what fits; so a refusal that holds only because
+/// of such a write is not final: usage is read again (its write then
+/// committed before the read began), up to [`SETTLE_READS`] reads.
+async fn settled<T, R>(
+    slot: &Slot,
+    read: impl Fn() -> R,
+    refuses: impl Fn(&T, &Inflight) -> Option<String>,
+    adds: Inflight,
+) -> StoreResult<Inflight>
+where
+    R: std::future::Future<Output = StoreResult<T>>,
+{
+    let mut reads = 0;
+    loop {
+        reads += 1;
+        let before = *slot.inflight.lock();
+        let used = read().await?;
+        let mut inflight = slot.inflight.lock();
+        let Some(why) = refuses(&used, &before) else {
+            inflight.bytes += adds.bytes;
+            inflight.objects += adds.objects;
+            inflight.uploads += adds.uploads;
+            return Ok(adds);
+        };
+        let given_back = before != *inflight;
+        if !given_back || reads >= SETTLE_READS || refuses(&used, &inflight).is_some() {
+            return Err(StoreError::QuotaExceeded(why));
+        }
+    }
 }
 
 /// Why `w` does not fit next to what is stored and in flight, if it
@@ -225,5 +266,76 @@ async fn replaced(
         Ok(info) => Ok((info.size, 1)),
         Err(StoreError::NoSuchKey) => Ok((0, 0)),
         Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    const MIB: u64 = 1 << 20;
+
+    /// A 1 MiB write asked under a byte quota of `quota`, while another
+    /// 1 MiB write is in flight and is given back during the first read
+    /// of usage, which answers `reads[0]` bytes stored, then `reads[1]`;
+    /// the check's result and how many reads it made.
+    async fn ask_while_one_is_given_back(
+        reads: [u64; 2],
+        quota: u64,
+    ) -> (StoreResult<Inflight>, usize) {
+        let slot = Arc::new(Slot::default());
+        let one = Inflight {
+            bytes: MIB,
+            objects: 1,
+            uploads: 0,
+        };
+        *slot.inflight.lock() = one;
+        let other = Mutex::new(Some(Reservation {
+            slot: Arc::clone(&slot),
+            held: one,
+        }));
+        let made = AtomicUsize::new(0);
+        let read = || {
+            let i = made.fetch_add(1, Ordering::Relaxed);
+            drop(other.lock().take());
+            let used = TenantTotals {
+                bytes: reads[i.min(1)],
+                ..TenantTotals::default()
+            };
+            async move { Ok(used) }
+        };
+        let limits = QuotaLimits {
+            quota_bytes: Some(quota),
+            ..QuotaLimits::default()
+        };
+        let w = Delta {
+            bytes: MIB,
+            objects: 1,
+            ..Delta::default()
+        };
+        let refuses =
+            |used: &TenantTotals, inflight: &Inflight| refusal(&limits, used, inflight, &w);
+        let r = settled(&slot, read, refuses, one).await;
+        (r, made.load(Ordering::Relaxed))
+    }
+
+    #[tokio::test]
+    async fn a_write_given_back_while_usage_is_read_is_not_missed() {
+        // Read as 7 MiB stored; the write in flight committed meanwhile,
+        // so 8 MiB are stored and a ninth does not fit under 8 MiB.
+        // Counted nowhere (not in the read, no longer in flight), it
+        // would have been admitted.
+        let (r, reads) = ask_while_one_is_given_back([7 * MIB, 8 * MIB], 8 * MIB).await;
+        assert!(matches!(r, Err(StoreError::QuotaExceeded(_))), "{r:?}");
+        assert_eq!(reads, 2, "read again before the refusal is final");
+    }
+
+    #[tokio::test]
+    async fn a_write_given_back_while_usage_is_read_is_not_counted_twice() {
+        // It had committed before the read (8 MiB stored) and is given
+        // back meanwhile: a 1 MiB write fits under 9 MiB.
+        let (r, _) = ask_while_one_is_given_back([8 * MIB, 8 * MIB], 9 * MIB).await;
+        assert_eq!(r.expect("admitted").bytes, MIB);
     }
 }

@@ -10,7 +10,10 @@
 //! committed usage through a [`StoreClient`] (per-bucket counters committed
 //! in the same batch as the objects, summed over the tenant's buckets),
 //! adds the bytes and objects of every write of this tenant still in
-//! flight, and refuses with [`StoreError::QuotaExceeded`] (the gateway
+//! flight (as they were when the read began: a write whose reservation
+//! is given back during the read committed before, and the read may not
+//! have seen it; a refusal that holds only because of such a write reads
+//! again, so it is not counted twice either), and refuses with [`StoreError::QuotaExceeded`] (the gateway
 //! answers 403 `QuotaExceeded`) if this write would pass a limit.
 //! Otherwise the write is reserved until its [`Reservation`] (or the
 //! [`QuotaHold`] that carries it) is dropped, after the commit (or
