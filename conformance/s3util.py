@@ -31,6 +31,15 @@ def expect_error(code: str, status: int, fn: Callable[..., Any], *args, **kwargs
     return response
 
 
+def error_code(fn: Callable[[], Any]) -> str:
+    """The S3 error code `fn` fails with, or "OK"."""
+    try:
+        fn()
+    except ClientError as e:
+        return e.response.get("Error", {}).get("Code", "")
+    return "OK"
+
+
 def run_or_fail(cmd: list[str], *, env: Optional[dict] = None, timeout: float = 180,
                 check: bool = True, context: Callable[[], str] = str) -> subprocess.CompletedProcess:
     """Run a client command (aws CLI, docker); with `check`, a non-zero exit

@@ -26,11 +26,10 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from botocore.exceptions import ClientError
 
 from cluster_util import PROPAGATION_S, LocalCluster, poll
 from conftest import ACCESS_KEY, SECRET_KEY, unique_bucket_name
-from s3util import expect_error, quoted_md5, tags_dict
+from s3util import error_code, expect_error, quoted_md5, tags_dict
 
 pytestmark = pytest.mark.skipif(
     bool(os.environ.get("LANEWAY_ENDPOINT")), reason="starts its own cluster; not with LANEWAY_ENDPOINT"
@@ -49,15 +48,6 @@ def cluster(tmp_path_factory):
     code = c.stop()
     assert code == 0, f"cluster local exited {code} after SIGTERM\n{c.logs()}"
     assert "stopped gateway-1" in c.stdout() and "stopped store-3" in c.stdout(), c.stdout()
-
-
-def error_code(fn) -> str:
-    """The S3 error code `fn` fails with, or "OK"."""
-    try:
-        fn()
-    except ClientError as e:
-        return e.response["Error"].get("Code", "")
-    return "OK"
 
 
 def test_summary_names_every_child_and_the_exports(cluster):

@@ -62,6 +62,7 @@ import lincheck
 from cluster_util import LocalCluster, pid_alive, poll, s3_client
 from conftest import ACCESS_KEY, ADMIN_TOKEN, SECRET_KEY, unique_bucket_name
 from lincheck import DELETE, GET, PUT, Op
+from s3util import error_code
 
 pytestmark = pytest.mark.skipif(
     bool(os.environ.get("LANEWAY_ENDPOINT")), reason="starts its own cluster; not with LANEWAY_ENDPOINT"
@@ -815,22 +816,13 @@ NEMESIS_SEED = int(os.environ.get("NEMESIS_SEED", "13"))
 STORES = ("store-1", "store-2", "store-3")
 
 
-def answer(call) -> str:
-    """"OK", or the S3 error code `call` raised."""
-    try:
-        call()
-        return "OK"
-    except ClientError as e:
-        return e.response.get("Error", {}).get("Code", "?")
-
-
 def settled(call) -> str:
-    """`answer(call)`, asked again while an election answers 503 (or the
+    """`error_code(call)`, asked again while an election answers 503 (or the
     connection fails), until WRITE_DEADLINE_S."""
     deadline = time.monotonic() + WRITE_DEADLINE_S
     while True:
         try:
-            code = answer(call)
+            code = error_code(call)
         except BotoCoreError:
             code = "ConnectionFailed"
         if code not in ("ServiceUnavailable", "SlowDown", "ConnectionFailed") or time.monotonic() > deadline:
@@ -862,13 +854,13 @@ def test_delete_bucket_with_a_store_node_killed(nemesis, cluster):
         assert settled(lambda: two.put_object(Bucket=bucket, Key=k, Body=b"after")) == "OK", k
     for k in keys:
         assert settled(lambda: one.delete_object(Bucket=bucket, Key=k)) == "OK", k
-    assert answer(lambda: two.head_bucket(Bucket=bucket)) == "OK"  # gateway 2 resolves it
+    assert error_code(lambda: two.head_bucket(Bucket=bucket)) == "OK"  # gateway 2 resolves it
     assert settled(lambda: one.delete_bucket(Bucket=bucket)) == "OK"
-    late = [answer(lambda: two.put_object(Bucket=bucket, Key=k, Body=b"late")) for k in keys[:16]]
+    late = [error_code(lambda: two.put_object(Bucket=bucket, Key=k, Body=b"late")) for k in keys[:16]]
     assert set(late) == {"NoSuchBucket"}, late
     nemesis.restart("store-3")
     poll(lambda: fully_replicated(cluster), catch_up_deadline(cluster), interval=1.0, what="every group healthy")
-    assert answer(lambda: two.put_object(Bucket=bucket, Key="k00", Body=b"late")) == "NoSuchBucket"
+    assert error_code(lambda: two.put_object(Bucket=bucket, Key="k00", Body=b"late")) == "NoSuchBucket"
     one.create_bucket(Bucket=bucket)
     assert list_all(two, bucket) == {}
     assert usage_differs(cluster, bucket) is None
