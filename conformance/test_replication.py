@@ -32,7 +32,9 @@ Besides the workload: a bulk tagging job run while one node is stopped
 finishes and tags exactly its objects (its calls to the stopped leaders
 are sent again, partition by partition, with their call ids), and
 DeleteBucket succeeds with one node killed (each partition's seal goes
-through its group) while no PUT lands in the deleted bucket.
+through its group) while no PUT lands in the deleted bucket; and a
+tenant's quota holds the writes it has in flight when the catalog's
+leader is killed (the holds are rows of the catalog's group).
 
 Outcomes: a 2xx (and a GET's 404 NoSuchKey: absent) completes an op; a
 5xx, a timeout or a connection error leaves it unknown (it may have taken
@@ -48,19 +50,25 @@ import os
 import random
 import shutil
 import signal
+import socket
 import subprocess
 import threading
 import time
 import urllib.request
 from pathlib import Path
 from typing import Optional
+from urllib.parse import urlsplit
 
 import pytest
+from botocore.auth import S3SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.config import Config
+from botocore.credentials import Credentials
 from botocore.exceptions import BotoCoreError, ClientError
 
 import lincheck
 from cluster_util import LocalCluster, pid_alive, poll, s3_client
-from conftest import ACCESS_KEY, ADMIN_TOKEN, SECRET_KEY, unique_bucket_name
+from conftest import ACCESS_KEY, ADMIN_TOKEN, REGION, SECRET_KEY, unique_bucket_name
 from lincheck import DELETE, GET, PUT, Op
 from s3util import error_code
 
@@ -865,6 +873,156 @@ def test_delete_bucket_with_a_store_node_killed(nemesis, cluster):
     assert list_all(two, bucket) == {}
     assert usage_differs(cluster, bucket) is None
     one.delete_bucket(Bucket=bucket)
+
+
+class SlowPut:
+    """A PUT of `length` bytes over a raw socket, SigV4-signed with `key`
+    (unsigned payload), whose body is sent a piece at a time: it holds its
+    quota reservation for as long as the test keeps it open. A thread
+    sends a few bytes every half second, so the gateway's stall timeout
+    never ends it."""
+
+    def __init__(self, endpoint: str, key: dict, bucket: str, name: str, length: int):
+        host = urlsplit(endpoint).netloc
+        path = f"/{bucket}/{name}"
+        req = AWSRequest(method="PUT", url=f"{endpoint}{path}",
+                         headers={"x-amz-content-sha256": "UNSIGNED-PAYLOAD", "Content-Length": str(length)})
+        # Over http botocore signs the payload unless told not to.
+        req.context["client_config"] = Config(s3={"payload_signing_enabled": False})
+        S3SigV4Auth(Credentials(key["access_key"], key["secret_key"]), "s3", REGION).add_auth(req)
+        lines = [f"PUT {path} HTTP/1.1", f"Host: {host}"]
+        lines += [f"{k}: {v}" for k, v in req.headers.items() if k.lower() != "host"]
+        hostname, port = host.rsplit(":", 1)
+        self.sock = socket.create_connection((hostname, int(port)), timeout=30)
+        self.sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
+        self.left = length
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._trickle, daemon=True)
+
+    def send(self, n: int) -> None:
+        with self.lock:
+            n = min(n, self.left)
+            self.sock.sendall(b"q" * n)
+            self.left -= n
+
+    def _trickle(self) -> None:
+        while not self.done.wait(0.5):
+            self.send(1024)
+
+    def start(self, first: int) -> None:
+        self.send(first)
+        self.thread.start()
+
+    def finish(self) -> bytes:
+        """Send the rest; the response's status line and headers."""
+        self.done.set()
+        self.thread.join()
+        self.send(self.left)
+        got = b""
+        while b"\r\n\r\n" not in got:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                break
+            got += chunk
+        self.sock.close()
+        return got
+
+
+def catalog_leader_apart(nemesis, cluster) -> str:
+    """The catalog's leader, once it is not also the leader of every
+    partition (earlier faults can leave one node leading all groups; it
+    is then stopped past an election timeout, so the others take them)."""
+    groups = cluster_status(cluster)["groups"]
+    leader = next(g["leader"] for g in groups if g["group"] == "catalog")
+    if all(g["leader"] == leader for g in groups):
+        pid = nemesis.stop(leader)
+        time.sleep(STOP_SECONDS)
+        nemesis.cont(pid)
+        poll(lambda: fully_replicated(cluster), catch_up_deadline(cluster), interval=1.0,
+             what="every group healthy")
+        groups = cluster_status(cluster)["groups"]
+        leader = next(g["leader"] for g in groups if g["group"] == "catalog")
+    return leader
+
+
+# Writes of each candidate key when looking for its partition.
+PROBE_WRITES = 6
+
+
+def partition_led_apart(cluster, s3, bucket: str, apart_from: str) -> str:
+    """A key of `bucket` whose partition's leader is not `apart_from`:
+    each candidate is written PROBE_WRITES times (1 byte) and the
+    partition group whose leader's log grew by at least that much is the
+    key's (a group's background entries, a compaction's say, are fewer
+    in that time)."""
+    def logs() -> dict[str, tuple[str, int]]:
+        return {g["group"]: (g["leader"], next(r["last_log"] for r in g["replicas"] if r["leader"]))
+                for g in cluster_status(cluster)["groups"] if g["group"] != "catalog"}
+    seen = []
+    for i in range(32):
+        key = f"probe-{i:02d}"
+        before = logs()
+        for _ in range(PROBE_WRITES):
+            s3.put_object(Bucket=bucket, Key=key, Body=b"p")
+        after = logs()
+        grew = {g: after[g][1] - before[g][1] for g in after if g in before and after[g][1] > before[g][1]}
+        seen.append(grew)
+        mine = [g for g, n in grew.items() if n >= PROBE_WRITES]
+        if len(mine) == 1 and after[mine[0]][0] == before[mine[0]][0] != apart_from:
+            return key
+    pytest.fail(f"no key of 32 found a partition led apart from {apart_from}: {seen}")
+
+
+def test_quota_holds_in_flight_survive_a_catalog_leader_killed(nemesis, cluster):
+    """A tenant with an 8 MiB quota has a 6 MiB upload in flight (its
+    body still arriving) when the catalog's leader is killed. The holds
+    are rows of the catalog's group, so the next leader's desk counts the
+    upload: a 4 MiB PUT is refused QuotaExceeded (before, the new leader
+    knew of no write in flight and admitted it, and the tenant ended with
+    10 MiB stored). The upload then completes; 2 MiB more fit exactly,
+    1 MiB more does not, and usage never passes the quota."""
+    poll(lambda: fully_replicated(cluster), READ_DEADLINE_S, interval=1.0, what="every group healthy")
+    mib = 1024 * 1024
+    quota = 8 * mib
+    name = f"quota-failover-{os.getpid()}"
+    key = cluster.api(0, "POST", "/v1/tenants", {"name": name, "quota_bytes": quota})["key"]
+    s3 = s3_client(cluster.endpoint(0), key["access_key"], key["secret_key"], attempts=3, read_timeout=8)
+    poll(lambda: error_code(s3.list_buckets) == "OK", 10, what="the new key works")
+    bucket = unique_bucket_name("quota-failover")
+    s3.create_bucket(Bucket=bucket)
+    leader = catalog_leader_apart(nemesis, cluster)
+    slow_key = partition_led_apart(cluster, s3, bucket, leader)
+    for o in s3.list_objects_v2(Bucket=bucket).get("Contents", []):
+        if o["Key"] != slow_key:
+            s3.delete_object(Bucket=bucket, Key=o["Key"])
+    slow = SlowPut(cluster.endpoint(0), key, bucket, slow_key, 6 * mib)
+    try:
+        slow.start(mib)
+        # Its reservation is made before the body is read: 3 MiB more do
+        # not fit while it is in flight.
+        assert settled(lambda: s3.put_object(Bucket=bucket, Key="before", Body=b"b" * 3 * mib)) == "QuotaExceeded"
+        nemesis.kill(leader)
+
+        def new_leader() -> bool:
+            g = next(g for g in cluster_status(cluster)["groups"] if g["group"] == "catalog")
+            return bool(g["leader"]) and g["leader"] != leader
+        poll(new_leader, WRITE_DEADLINE_S, interval=0.5, what="the catalog elects another leader")
+        refused = settled(lambda: s3.put_object(Bucket=bucket, Key="during", Body=b"d" * 4 * mib))
+        assert refused == "QuotaExceeded", f"the new catalog leader admitted 4 MiB past the upload in flight: {refused}"
+    finally:
+        answer = slow.finish()
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:300]
+    assert settled(lambda: s3.put_object(Bucket=bucket, Key="fits", Body=b"f" * 2 * mib)) == "OK"
+    assert settled(lambda: s3.put_object(Bucket=bucket, Key="over", Body=b"o" * mib)) == "QuotaExceeded"
+    nemesis.restart(leader)
+    poll(lambda: fully_replicated(cluster), catch_up_deadline(cluster), interval=1.0, what="every group healthy")
+    stored = list_all(s3, bucket)
+    assert sum(stored.values()) <= quota, stored
+    assert stored.get(slow_key) == 6 * mib and stored.get("fits") == 2 * mib, stored
+    for k in stored:
+        s3.delete_object(Bucket=bucket, Key=k)
+    s3.delete_bucket(Bucket=bucket)
 
 
 def wipe(cluster, name: str, uid: int) -> None:

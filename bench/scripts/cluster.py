@@ -21,7 +21,8 @@ per key the time to its first acknowledged PUT.
 rf3put: at RF 3 only (REPLICAS=1: RF 1), ROUNDS runs of the durable PUT
 measurement on one cluster (LANEWAY_BIN names the laneway binary, to
 compare two builds); SYSCALLS=1 adds the store nodes' context switches
-and system calls per PUT.
+and system calls per PUT; QUOTA=1 follows each run with one as a tenant
+with a byte quota (every PUT reserves at the catalog's quota desk).
 
 catchup: at RF 3, store-3 killed while CATCHUP_OBJECTS (default
 100000) 4 KiB objects are PUT, then started again: how long until every
@@ -256,9 +257,10 @@ def wait_groups(cfile, timeout=60):
         time.sleep(0.5)
 
 
-def bench(setup, args, quiet=False):
-    """Runs laneway-bench; returns (stdout, server CPU seconds by role, wall)."""
-    env = {**os.environ, "AWS_ACCESS_KEY_ID": ACCESS, "AWS_SECRET_ACCESS_KEY": SECRET,
+def bench(setup, args, quiet=False, keys=(ACCESS, SECRET)):
+    """Runs laneway-bench (as the tenant of `keys`); returns (stdout,
+    server CPU seconds by role, wall)."""
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": keys[0], "AWS_SECRET_ACCESS_KEY": keys[1],
            "LANEWAY_ADMIN_TOKEN": TOKEN}
     before = setup.role_cpu()
     t = time.time()
@@ -349,16 +351,21 @@ def rf3put(s):
                 led = next((r["node"] for r in g["replicas"] if r["leader"]), None)
                 leaders[led] = leaders.get(led, 0) + 1
             print(f"# groups led per node: {leaders}")
+        tenants = [("", (ACCESS, SECRET))]
+        if os.environ.get("QUOTA") == "1":
+            tenants.append((" (quota)", quota_tenant(s)))
         for run in range(int(os.environ.get("ROUNDS", "3"))):
             perf = start_perf(s) if run == 1 else None
             calls = start_syscalls(s) if run == 1 else None
-            out, cpu, _ = bench(s, ["put", "--endpoint", s.s3[0], "--concurrency", str(CONC),
-                                    "--objects", "1000000", "--bucket", f"put{run}",
-                                    "--warmup", "0", "--duration", str(DURATION)], quiet=True)
-            ops, rate, p50 = summary_row(out, "put")
-            print(f"{s.name} put run {run + 1}: {rate:.0f}/s, p50 {p50} ms; CPU per PUT: "
-                  f"{cpu_text(cpu, ops)}")
-            sys.stdout.flush()
+            for label, keys in tenants:
+                out, cpu, _ = bench(s, ["put", "--endpoint", s.s3[0], "--concurrency", str(CONC),
+                                        "--objects", "1000000", "--bucket", f"put{run}{len(label)}",
+                                        "--warmup", "0", "--duration", str(DURATION)],
+                                    quiet=True, keys=keys)
+                ops, rate, p50 = summary_row(out, "put")
+                print(f"{s.name} put run {run + 1}{label}: {rate:.0f}/s, p50 {p50} ms; CPU per PUT: "
+                      f"{cpu_text(cpu, ops)}")
+                sys.stdout.flush()
             if perf:
                 report_perf(s, perf)
             if calls:
@@ -371,6 +378,20 @@ def rf3put(s):
                 if os.path.isdir(os.path.join(node, name))))
     finally:
         s.close()
+
+
+def quota_tenant(s):
+    """A tenant with a byte quota it never reaches (1 PiB), made through
+    the first gateway's admin API: each of its writes reserves at the
+    catalog's desk. Its keys, once the gateway takes them."""
+    import urllib.request
+    req = urllib.request.Request(s.admin[0] + "/v1/tenants", method="POST",
+                                 data=json.dumps({"name": "quota", "quota_bytes": 1 << 50}).encode())
+    req.add_header("Authorization", f"Bearer {TOKEN}")
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        key = json.loads(resp.read())["key"]
+    time.sleep(2)
+    return key["access_key"], key["secret_key"]
 
 
 SYSCALL_EVENTS = ["context-switches", "syscalls:sys_enter_fdatasync", "syscalls:sys_enter_fsync",

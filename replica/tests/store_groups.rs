@@ -4,14 +4,15 @@
 //! included (they travel as volume pieces in the log), a follower refuses
 //! to serve, and a stopped store catches up when it comes back; a
 //! replica its group removed deletes its copy while its store runs, and
-//! can be added back.
+//! can be added back; with the catalog a group too, the quota holds in
+//! flight outlive a change of its leader.
 //!
 //! Waits are bounded by generous timeouts that only turn a hang into a
 //! failure; nothing asserts how long anything took.
 
 use bytes::Bytes;
 use futures::StreamExt;
-use laneway_replica::group::{GroupLogs, GroupSpec, RaftOpener};
+use laneway_replica::group::{CATALOG_PARTITION, GroupLogs, GroupSpec, RaftOpener};
 use laneway_replica::memnet::Router;
 use laneway_replica::types::NodeId;
 use laneway_replica::wal::Wal;
@@ -50,13 +51,34 @@ struct Nodes {
     dirs: Vec<PathBuf>,
     _root: tempfile::TempDir,
     stores: BTreeMap<NodeId, Arc<Store>>,
+    /// Whether the catalog is a group of the three nodes too (else each
+    /// node's catalog is its own).
+    catalog: bool,
+}
+
+/// The transport slot of partition `p`'s group (the catalog's is last).
+fn slot(p: PartitionId) -> usize {
+    if p == CATALOG_PARTITION {
+        PARTITIONS as usize
+    } else {
+        p.0 as usize
+    }
 }
 
 impl Nodes {
     fn new() -> Nodes {
+        Nodes::open(false)
+    }
+
+    /// Three nodes whose catalog is a group of the three as well.
+    fn with_catalog() -> Nodes {
+        Nodes::open(true)
+    }
+
+    fn open(catalog: bool) -> Nodes {
         let root = tempfile::tempdir().expect("tempdir");
         let dirs = (1..=3).map(|i| root.path().join(format!("n{i}"))).collect();
-        let routers = Arc::new((0..PARTITIONS).map(|_| Router::default()).collect());
+        let routers = Arc::new((0..=PARTITIONS).map(|_| Router::default()).collect());
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -70,6 +92,7 @@ impl Nodes {
             dirs,
             _root: root,
             stores: BTreeMap::new(),
+            catalog,
         };
         for id in 1..=3 {
             nodes.start(id);
@@ -85,6 +108,7 @@ impl Nodes {
             &self.routers,
             (Arc::clone(&self.map), Arc::clone(&self.quiet)),
             self.rt.handle().clone(),
+            self.catalog,
         );
         self.stores.insert(id, store);
     }
@@ -209,10 +233,15 @@ fn open_store(
     routers: &Arc<Vec<Router>>,
     (map, quiet): (Map, Arc<AtomicBool>),
     handle: tokio::runtime::Handle,
+    catalog: bool,
 ) -> Arc<Store> {
     let (net, started) = (Arc::clone(routers), Arc::clone(routers));
     let opener = RaftOpener {
-        catalog: None,
+        catalog: catalog.then(|| GroupSpec {
+            me,
+            members: members(),
+            initializer: None,
+        }),
         spec: Box::new(move |p: PartitionId| GroupSpec {
             me,
             members: map.lock()[p.0 as usize].clone(),
@@ -222,9 +251,9 @@ fn open_store(
             let quiet = quiet.load(Ordering::Relaxed);
             Some(Duration::from_secs(if quiet { 3600 } else { 0 }))
         }),
-        network: Box::new(move |p: PartitionId| net[p.0 as usize].clone()),
+        network: Box::new(move |p: PartitionId| net[slot(p)].clone()),
         started: Box::new(move |p: PartitionId, raft, _, _: &GroupSpec| {
-            started[p.0 as usize].add(me, raft);
+            started[slot(p)].add(me, raft);
             None
         }),
         handle,
@@ -749,4 +778,131 @@ fn a_delete_bucket_seal_goes_through_the_groups_with_a_node_down_and_holds_at_la
         wait_caught_up(&nodes, leader);
     }
     assert_eq!(nodes.usage(&b), (0, 0), "nothing under the sealed id");
+}
+
+/// The node whose replica leads the catalog's group, once one does.
+fn catalog_leader(nodes: &Nodes) -> NodeId {
+    let start = Instant::now();
+    loop {
+        for (&id, store) in &nodes.stores {
+            let status = store.catalog_group().expect("a catalog group").status();
+            if status.leader == Some(id) {
+                return id;
+            }
+        }
+        assert!(start.elapsed() < PATIENCE, "the catalog elected no leader");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn quota_holds_in_flight_outlive_a_change_of_the_catalog_s_leader() {
+    use laneway_store::node::desk::QuotaDesk;
+    use laneway_store::quota::{QuotaAsk, QuotaLimits};
+    const MIB: u64 = 1 << 20;
+    let mut nodes = Nodes::with_catalog();
+    // Usage is read from a store of its own, where the tenant stores
+    // nothing: only the holds in flight count.
+    let usage_dir = tempfile::tempdir().expect("tempdir");
+    let usage: Arc<dyn laneway_store::StoreClient> = Arc::new(laneway_store::LocalStore::new(
+        Store::open(usage_dir.path(), StoreConfig::default()).expect("usage store"),
+    ));
+    let tenant = TenantId("t1".into());
+    let limits = QuotaLimits {
+        quota_bytes: Some(8 * MIB),
+        ..QuotaLimits::default()
+    };
+    let b = BucketInfo {
+        id: laneway_store::ids::BucketId(1),
+        tenant: tenant.clone(),
+        name: "b".into(),
+        created_ms: 0,
+        region: "us-east-1".into(),
+        tags: Vec::new(),
+    };
+    let write = |bytes: u64| QuotaAsk::Write {
+        bucket: b.clone(),
+        key: None,
+        bytes,
+        objects: 1,
+    };
+    // Retried through the election's NotLeader and Unavailable answers.
+    let reserve = |nodes: &Nodes, desk: &Arc<QuotaDesk>, bytes: u64| {
+        let start = Instant::now();
+        loop {
+            match nodes
+                .rt
+                .block_on(desk.reserve(&tenant, &limits, &write(bytes)))
+            {
+                Err(StoreError::NotLeader(_) | StoreError::Unavailable(_))
+                    if start.elapsed() < PATIENCE =>
+                {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                other => return other,
+            }
+        }
+    };
+    let desk_at = |nodes: &Nodes, id: NodeId| {
+        Arc::new(QuotaDesk::new(
+            Arc::clone(&usage),
+            Arc::clone(&nodes.stores[&id]),
+        ))
+    };
+    let first = catalog_leader(&nodes);
+    let desk = desk_at(&nodes, first);
+    let big = reserve(&nodes, &desk, 6 * MIB)
+        .expect("6 of 8 MiB")
+        .expect("held");
+    let small = reserve(&nodes, &desk, MIB)
+        .expect("7 of 8 MiB")
+        .expect("held");
+    nodes.rt.block_on(desk.release(small)).expect("released");
+    assert!(matches!(
+        reserve(&nodes, &desk, 3 * MIB),
+        Err(StoreError::QuotaExceeded(_))
+    ));
+    // The catalog's leader stops with the 6 MiB write still in flight
+    // (its desk goes with it, and lets go of its store).
+    drop(desk);
+    nodes.stop(first);
+    let second = catalog_leader(&nodes);
+    let desk = desk_at(&nodes, second);
+    let refused = reserve(&nodes, &desk, 3 * MIB);
+    assert!(
+        matches!(refused, Err(StoreError::QuotaExceeded(_))),
+        "the new leader's desk counts the write in flight: {refused:?}"
+    );
+    assert_eq!(
+        desk.held(),
+        1,
+        "the hold given back before the stop is not taken over"
+    );
+    let fits = reserve(&nodes, &desk, 2 * MIB)
+        .expect("8 of 8 MiB")
+        .expect("held");
+    // The write of the 6 MiB finishes: its release, sent to the new
+    // leader, frees its room there.
+    nodes
+        .rt
+        .block_on(desk.release(big))
+        .expect("released at the new leader");
+    reserve(&nodes, &desk, 6 * MIB)
+        .expect("2 + 6 of 8 MiB")
+        .expect("held");
+    // The first leader comes back and the leadership moves again: the
+    // holds follow, the one given back does not.
+    nodes.start(first);
+    nodes.rt.block_on(desk.release(fits)).expect("released");
+    drop(desk);
+    nodes.stop(second);
+    let third = catalog_leader(&nodes);
+    let desk = desk_at(&nodes, third);
+    assert!(matches!(
+        reserve(&nodes, &desk, 3 * MIB),
+        Err(StoreError::QuotaExceeded(_))
+    ));
+    reserve(&nodes, &desk, 2 * MIB)
+        .expect("6 + 2 of 8 MiB")
+        .expect("held");
 }

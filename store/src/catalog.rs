@@ -22,6 +22,13 @@
 //! forgets these rows after [`crate::repeat::REPEAT_TTL`]
 //! ([`Catalog::forget_repeats`]).
 //!
+//! `b'q' | hold id (u64 BE)` -> a quota hold of the cluster's desk
+//! (`crate::node::desk`, encoded by [`crate::quota::rows`], written in
+//! batches by `crate::node::hold_rows`): written
+//! blind (no read of what they change, so neither the write lock nor a
+//! settle), so that a new leader of a replicated catalog takes over the
+//! writes in flight.
+//!
 //! Replicated (a cluster with three replicas): the catalog is a group of
 //! its own ([`crate::replication::GroupOpener::open_catalog`]). A write
 //! then first settles (this replica leads and has applied its whole log,
@@ -44,6 +51,7 @@ use std::sync::Arc;
 const BUCKET_TAG: u8 = b'b';
 const DOC_TAG: u8 = b'd';
 const REPEAT_TAG: u8 = b'r';
+const HOLD_TAG: u8 = b'q';
 /// Largest catalog document.
 pub const MAX_DOC: usize = 64 << 20;
 const NEXT_ID_KEY: &[u8] = b"#next-bucket-id";
@@ -90,6 +98,12 @@ fn applied_ms(row: &[u8]) -> Option<i64> {
         Some((&FORMAT_V1, rest)) => <[u8; 8]>::try_from(rest).ok().map(i64::from_be_bytes),
         _ => None,
     }
+}
+
+fn hold_key(id: u64) -> Vec<u8> {
+    let mut k = vec![HOLD_TAG];
+    k.extend_from_slice(&id.to_be_bytes());
+    k
 }
 
 fn doc_key(name: &str) -> Vec<u8> {
@@ -360,6 +374,33 @@ impl Catalog {
         Ok(next)
     }
 
+    /// Write the rows of quota holds `puts` (id, value) and delete those
+    /// of `deletes`, in one batch, durably (through the group when
+    /// replicated: `NotLeader` at any replica but its leader).
+    pub fn write_holds(&self, puts: Vec<(u64, Vec<u8>)>, deletes: &[u64]) -> StoreResult<()> {
+        if puts.is_empty() && deletes.is_empty() {
+            return Ok(());
+        }
+        let mut batch = WriteBatch::default();
+        puts.into_iter()
+            .for_each(|(id, v)| batch.put(hold_key(id), v));
+        deletes.iter().for_each(|id| batch.delete(hold_key(*id)));
+        self.commit(batch)
+    }
+
+    /// Every quota hold row, by id (the caller has settled, so they are
+    /// all of them that committed).
+    pub fn holds(&self) -> StoreResult<Vec<(u64, Vec<u8>)>> {
+        let mut out = Vec::new();
+        self.each_row(vec![HOLD_TAG], &[HOLD_TAG + 1], |k, v| {
+            if let Some(id) = k.get(1..).and_then(|b| <[u8; 8]>::try_from(b).ok()) {
+                out.push((u64::from_be_bytes(id), v));
+            }
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
     /// Make all catalog writes durable (shutdown).
     pub fn sync(&self) -> StoreResult<()> {
         self.index.sync()
@@ -440,6 +481,43 @@ mod tests {
         assert!(c.get(&b, "data").expect("get").is_some());
         let again = c.create(&a, "data", "us-east-1").expect("recreate");
         assert!(again.id.0 > bd.id.0, "ids are never reused");
+    }
+
+    #[test]
+    fn quota_hold_rows_are_kept_apart_from_other_rows() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cat = Catalog::open(dir.path(), Engine::Sled, None).expect("open");
+        let t = TenantId("t".into());
+        cat.create(&t, "b", "us-east-1").expect("create");
+        cat.put_doc("registry", 0, b"{}").expect("doc");
+        let rows = vec![
+            (7, b"seven".to_vec()),
+            (u64::MAX, b"last".to_vec()),
+            (1 << 40, b"big".to_vec()),
+        ];
+        cat.write_holds(rows, &[]).expect("holds");
+        assert_eq!(
+            cat.holds().expect("holds"),
+            vec![
+                (7, b"seven".to_vec()),
+                (1 << 40, b"big".to_vec()),
+                (u64::MAX, b"last".to_vec())
+            ]
+        );
+        let again = vec![(8, b"eight".to_vec())];
+        cat.write_holds(again, &[7, u64::MAX, 99, 8]).expect("drop");
+        assert_eq!(
+            cat.holds().expect("holds"),
+            vec![(1 << 40, b"big".to_vec())]
+        );
+        assert_eq!(
+            cat.list(&t).expect("list").len(),
+            1,
+            "bucket rows untouched"
+        );
+        drop(cat);
+        let cat = Catalog::open(dir.path(), Engine::Sled, None).expect("reopen");
+        assert_eq!(cat.holds().expect("holds").len(), 1, "durable");
     }
 
     #[test]

@@ -438,6 +438,33 @@ impl Store {
         self.catalog.group()
     }
 
+    /// Write the catalog rows of quota holds `puts` and delete those of
+    /// `deletes`, in one batch ([`Catalog::write_holds`]). Blocking.
+    pub fn write_quota_holds(
+        &self,
+        puts: &[(u64, crate::quota::rows::HoldRow)],
+        deletes: &[u64],
+    ) -> StoreResult<()> {
+        let rows = puts.iter().map(|(id, row)| (*id, row.encode())).collect();
+        self.catalog.write_holds(rows, deletes)
+    }
+
+    /// Every quota hold row of the catalog (rows that do not decode are
+    /// left out and logged). Blocking.
+    pub fn quota_holds(&self) -> StoreResult<Vec<(u64, crate::quota::rows::HoldRow)>> {
+        let rows = self.catalog.holds()?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|(id, v)| match crate::quota::rows::HoldRow::decode(&v) {
+                Ok(row) => Some((id, row)),
+                Err(e) => {
+                    tracing::warn!(hold = id, error = %e, "quota hold row skipped");
+                    None
+                }
+            })
+            .collect())
+    }
+
     /// Catalog document `name` and its version ([`Catalog::doc`]).
     pub fn catalog_doc(&self, name: &str) -> StoreResult<Option<(u64, Vec<u8>)>> {
         self.catalog.doc(name)

@@ -12,11 +12,39 @@
 //! back (its gateway died before sending the write, or the call was lost
 //! on the way in) lapses after [`HOLD_MAX`], and the table is bounded
 //! ([`MAX_HOLDS`]; past it new reservations answer 503).
+//!
+//! **A replicated catalog keeps its holds as rows of its group**
+//! ([`crate::quota::rows`]), so a leader change forgets no write in
+//! flight. The desk answers a reservation only once its row committed
+//! (a reservation whose row fails is refused, 503), and gives a hold back
+//! by deleting its row (a release whose delete fails is answered with the
+//! error, so its sender asks again, at the new leader). The desk at a
+//! replica that becomes leader first settles (applies its whole log, which
+//! holds every committed row), then counts every row in flight in a fresh
+//! table, before it answers anything ([`QuotaDesk::current`]). A desk that
+//! leads again after another term does the same, since the holds may have
+//! been given back elsewhere meanwhile. What this costs: two commits of
+//! the catalog's group per write of a tenant with a quota (its
+//! reservation and its release; tenants without quotas reserve nothing),
+//! which concurrent writes share: the rows are committed in batches
+//! (`crate::node::hold_rows`). An
+//! unreplicated catalog keeps its holds in memory only, as its node's
+//! restart is the cluster's catalog outage anyway.
+//!
+//! A row whose commit timed out may still commit after its reservation
+//! was refused; so may a delete that failed. Nothing then holds such a
+//! row: every [`LAPSE_EVERY`] the leader deletes the rows its table does
+//! not know that are older than [`ORPHAN_AFTER`], with the rows of holds
+//! that lapsed.
 
 use crate::client::StoreClient;
 use crate::error::{StoreError, StoreResult};
 use crate::ids::TenantId;
+use crate::node::hold_rows::HoldRows;
+use crate::quota::rows::HoldRow;
 use crate::quota::{QuotaAsk, QuotaLimits, Quotas, Reservation};
+use crate::replication::Group;
+use crate::store::Store;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -30,22 +58,63 @@ pub const HOLD_MAX: Duration = Duration::from_secs(3600);
 /// Reservations held at once, at most.
 pub const MAX_HOLDS: usize = 1 << 20;
 
+/// How often the table is scanned for lapsed holds (and a replicated
+/// catalog's rows for orphans).
+pub const LAPSE_EVERY: Duration = Duration::from_secs(60);
+
+/// Age past which a hold row the leader's table does not know is an
+/// orphan (its reservation was refused after its commit timed out): far
+/// longer than a commit may take.
+pub const ORPHAN_AFTER: Duration = Duration::from_secs(60);
+
 /// Reservations of every gateway.
 pub struct QuotaDesk {
-    engine: Quotas,
     cluster: Arc<dyn StoreClient>,
-    holds: Mutex<HashMap<u64, (Reservation, Instant)>>,
+    store: Arc<Store>,
+    table: Mutex<Table>,
+    /// The writer of hold rows (started at first use, on the runtime).
+    rows: std::sync::OnceLock<HoldRows>,
+    /// Held while the table is rebuilt from the rows, or rows are tidied
+    /// (so the two never interleave).
+    rows_lock: tokio::sync::Mutex<()>,
     next: AtomicU64,
     lapsed: Mutex<Instant>,
 }
 
+/// The holds one desk knows, with the engine that counts them.
+struct Table {
+    engine: Arc<Quotas>,
+    holds: HashMap<u64, Held>,
+    /// The term of the catalog's group whose rows this table was built
+    /// from (`None`: unreplicated, or not built yet).
+    term: Option<u64>,
+}
+
+impl Table {
+    fn empty(term: Option<u64>) -> Table {
+        Table {
+            engine: Arc::new(Quotas::default()),
+            holds: HashMap::new(),
+            term,
+        }
+    }
+}
+
+struct Held {
+    _reservation: Reservation,
+    at: Instant,
+}
+
 impl QuotaDesk {
-    /// A desk reading usage through `cluster` (a client of every node).
-    pub fn new(cluster: Arc<dyn StoreClient>) -> QuotaDesk {
+    /// A desk reading usage through `cluster` (a client of every node),
+    /// keeping its holds as rows of `store`'s catalog when it is replicated.
+    pub fn new(cluster: Arc<dyn StoreClient>, store: Arc<Store>) -> QuotaDesk {
         QuotaDesk {
-            engine: Quotas::default(),
             cluster,
-            holds: Mutex::new(HashMap::new()),
+            store,
+            table: Mutex::new(Table::empty(None)),
+            rows: std::sync::OnceLock::new(),
+            rows_lock: tokio::sync::Mutex::new(()),
             next: AtomicU64::new(first_id()),
             lapsed: Mutex::new(Instant::now()),
         }
@@ -53,43 +122,114 @@ impl QuotaDesk {
 
     /// Reserve for `ask`; the hold's id (`None`: nothing to hold).
     pub async fn reserve(
-        &self,
+        self: &Arc<Self>,
         tenant: &TenantId,
         limits: &QuotaLimits,
         ask: &QuotaAsk,
     ) -> StoreResult<Option<u64>> {
+        let term = self.current().await?;
         self.lapse();
-        if self.holds.lock().len() >= MAX_HOLDS {
-            return Err(StoreError::Unavailable(
-                "too many quota reservations in flight".into(),
-            ));
-        }
-        let Some(r) = self
-            .engine
+        let engine = {
+            let table = self.table.lock();
+            if table.holds.len() >= MAX_HOLDS {
+                return Err(StoreError::Unavailable(
+                    "too many quota reservations in flight".into(),
+                ));
+            }
+            Arc::clone(&table.engine)
+        };
+        let Some(r) = engine
             .reserve(self.cluster.as_ref(), tenant, limits, ask)
             .await?
         else {
             return Ok(None);
         };
         let id = self.next.fetch_add(1, Ordering::Relaxed);
-        self.holds.lock().insert(id, (r, Instant::now()));
+        if term.is_some() {
+            let row = HoldRow {
+                tenant: tenant.clone(),
+                amount: r.amount(),
+                made_ms: crate::partition::now_ms(),
+            };
+            self.rows().put(id, row).await?;
+        }
+        let mut table = self.table.lock();
+        // A table rebuilt meanwhile (leadership lost and won again) read
+        // this hold's row, which committed: it counts the hold already.
+        if table.term == term {
+            let held = Held {
+                _reservation: r,
+                at: Instant::now(),
+            };
+            table.holds.insert(id, held);
+        }
         Ok(Some(id))
     }
 
-    /// Give hold `id` back (unknown ids, already lapsed, are ignored).
-    pub fn release(&self, id: u64) {
-        let gone = self.holds.lock().remove(&id);
+    /// Give hold `id` back (unknown ids, already lapsed or given back,
+    /// are ignored).
+    pub async fn release(&self, id: u64) -> StoreResult<()> {
+        let term = self.current().await?;
+        let gone = self.table.lock().holds.remove(&id);
+        if gone.is_none() || term.is_none() {
+            return Ok(());
+        }
         drop(gone);
+        self.rows().delete(id).await
+    }
+
+    /// The writer of hold rows.
+    fn rows(&self) -> &HoldRows {
+        self.rows.get_or_init(|| HoldRows::start(&self.store))
     }
 
     /// Holds in the table.
     pub fn held(&self) -> usize {
-        self.holds.lock().len()
+        self.table.lock().holds.len()
+    }
+
+    /// Make the table current: at a replicated catalog, this replica must
+    /// lead its group, and the table must have been built from the rows
+    /// in the current term (built now if not). The term, or `None` when
+    /// the catalog is not replicated.
+    async fn current(&self) -> StoreResult<Option<u64>> {
+        let Some(group) = self.store.catalog_group().cloned() else {
+            return Ok(None);
+        };
+        let term = leading_term(group.as_ref())?;
+        if self.table.lock().term == Some(term) {
+            return Ok(Some(term));
+        }
+        let _one = self.rows_lock.lock().await;
+        if self.table.lock().term == Some(term) {
+            return Ok(Some(term));
+        }
+        let store = Arc::clone(&self.store);
+        let (settled, rows) = blocking(move || {
+            group.settle()?;
+            let settled = leading_term(group.as_ref())?;
+            Ok((settled, store.quota_holds()?))
+        })
+        .await?;
+        if settled != term {
+            return Err(StoreError::Unavailable(
+                "the catalog's leader changed while its quota holds were read; retry".into(),
+            ));
+        }
+        let count = rows.len();
+        *self.table.lock() = table_of(rows, term);
+        tracing::info!(
+            term,
+            holds = count,
+            "quota desk took over the holds in flight"
+        );
+        Ok(Some(term))
     }
 
     /// Drop holds older than [`HOLD_MAX`] (a scan at most every
-    /// [`LAPSE_EVERY`]).
-    fn lapse(&self) {
+    /// [`LAPSE_EVERY`]); at a replicated catalog, delete their rows and
+    /// the orphans' in the background.
+    fn lapse(self: &Arc<Self>) {
         let now = Instant::now();
         {
             let mut last = self.lapsed.lock();
@@ -98,16 +238,113 @@ impl QuotaDesk {
             }
             *last = now;
         }
-        let mut holds = self.holds.lock();
-        holds.retain(|_, (_, at)| now.duration_since(*at) < HOLD_MAX);
+        let (lapsed, term) = {
+            let mut table = self.table.lock();
+            let old: Vec<u64> = table
+                .holds
+                .iter()
+                .filter(|(_, h)| now.duration_since(h.at) >= HOLD_MAX)
+                .map(|(id, _)| *id)
+                .collect();
+            old.iter().for_each(|id| drop(table.holds.remove(id)));
+            (old, table.term)
+        };
+        if let Some(term) = term {
+            let me = Arc::clone(self);
+            tokio::spawn(async move {
+                if let Err(e) = me.tidy(term, lapsed).await {
+                    tracing::warn!(error = %e, "quota hold rows not tidied; next pass retries");
+                }
+            });
+        }
+    }
+
+    /// Delete the rows of `lapsed` holds and of orphans (rows older than
+    /// [`ORPHAN_AFTER`] that the table of `term` does not hold), while the
+    /// table is still the one of `term`.
+    async fn tidy(&self, term: u64, mut lapsed: Vec<u64>) -> StoreResult<()> {
+        let _one = self.rows_lock.lock().await;
+        let store = Arc::clone(&self.store);
+        let rows = blocking(move || store.quota_holds()).await?;
+        let cutoff = crate::partition::now_ms()
+            - i64::try_from(ORPHAN_AFTER.as_millis()).unwrap_or(i64::MAX);
+        {
+            let table = self.table.lock();
+            if table.term != Some(term) {
+                return Ok(());
+            }
+            lapsed.extend(orphans(&rows, |id| table.holds.contains_key(&id), cutoff));
+        }
+        lapsed.sort_unstable();
+        lapsed.dedup();
+        let count = lapsed.len();
+        let store = Arc::clone(&self.store);
+        blocking(move || store.write_quota_holds(&[], &lapsed)).await?;
+        if count > 0 {
+            tracing::info!(
+                rows = count,
+                "quota hold rows of lapsed and orphaned holds deleted"
+            );
+        }
+        Ok(())
     }
 }
 
+/// The ids of `rows` made before `cutoff_ms` that no hold `known` has.
+fn orphans(rows: &[(u64, HoldRow)], known: impl Fn(u64) -> bool, cutoff_ms: i64) -> Vec<u64> {
+    rows.iter()
+        .filter(|(id, row)| row.made_ms < cutoff_ms && !known(*id))
+        .map(|(id, _)| *id)
+        .collect()
+}
+
+/// The term in which this replica leads `group`, or `NotLeader`.
+fn leading_term(group: &dyn Group) -> StoreResult<u64> {
+    let s = group.status();
+    if s.leader == Some(s.me) {
+        Ok(s.term)
+    } else {
+        Err(StoreError::NotLeader(s.leader))
+    }
+}
+
+/// A table of `term` counting every hold of `rows` in flight, each as old
+/// as its row says (so it still lapses [`HOLD_MAX`] after it was made).
+fn table_of(rows: Vec<(u64, HoldRow)>, term: u64) -> Table {
+    let mut table = Table::empty(Some(term));
+    let now_ms = crate::partition::now_ms();
+    let now = Instant::now();
+    for (id, row) in rows {
+        let age_ms = u64::try_from(now_ms.saturating_sub(row.made_ms)).unwrap_or(0);
+        let at = now
+            .checked_sub(Duration::from_millis(age_ms).min(HOLD_MAX))
+            .unwrap_or(now);
+        let held = Held {
+            _reservation: table.engine.adopt(&row.tenant, row.amount),
+            at,
+        };
+        table.holds.insert(id, held);
+    }
+    table
+}
+
+/// Run blocking `f` (a catalog read or a commit through its group) on a
+/// blocking thread.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> StoreResult<T> + Send + 'static,
+) -> StoreResult<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| StoreError::Engine(format!("quota desk task: {e}")))?
+}
+
 /// The first id of a desk: a random high half, counting up from 1 in the
-/// low half. A release still on its way from a write made under another
-/// desk (the catalog's leader before a failover, or this node before a
-/// restart) then names no hold here, instead of one that happens to have
-/// the same number.
+/// low half. The ids of two desks (leaders of the catalog in turn, or
+/// one node before and after a restart) then do not meet: at a
+/// replicated catalog the next desk takes over the previous one's holds
+/// under their ids, and unreplicated a release still on its way from a
+/// write made under another desk names no hold here, instead of one that
+/// happens to have the same number.
 fn first_id() -> u64 {
     use ring::rand::SecureRandom;
     let mut raw = [0u8; 4];
@@ -116,5 +353,51 @@ fn first_id() -> u64 {
     (u64::from(u32::from_be_bytes(raw)) << 32) | 1
 }
 
-/// How often the table is scanned for lapsed holds.
-const LAPSE_EVERY: Duration = Duration::from_secs(60);
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quota::Inflight;
+
+    fn row(tenant: &str, bytes: u64, made_ms: i64) -> HoldRow {
+        HoldRow {
+            tenant: TenantId(tenant.into()),
+            amount: Inflight {
+                bytes,
+                objects: 1,
+                uploads: 0,
+            },
+            made_ms,
+        }
+    }
+
+    #[test]
+    fn an_orphan_is_an_old_row_no_hold_has() {
+        let rows = vec![
+            (1, row("a", 1, 100)),
+            (2, row("a", 1, 100)),
+            (3, row("b", 1, 5_000)),
+        ];
+        // 1 is held; 3 is younger than the cutoff (its commit may still
+        // be on its way to the table).
+        assert_eq!(orphans(&rows, |id| id == 1, 1_000), vec![2]);
+        assert!(orphans(&rows, |_| false, 50).is_empty());
+    }
+
+    #[test]
+    fn a_table_built_from_rows_counts_each_in_flight_with_its_age() {
+        let now = crate::partition::now_ms();
+        let two_hours = 2 * 3_600_000;
+        let rows = vec![
+            (10, row("a", 5, now - 1_000)),
+            (11, row("a", 7, now)),
+            (12, row("b", 3, now - two_hours)),
+        ];
+        let table = table_of(rows, 4);
+        assert_eq!(table.term, Some(4));
+        assert_eq!(table.holds.len(), 3);
+        let amount = |id: u64| table.holds[&id]._reservation.amount().bytes;
+        assert_eq!((amount(10), amount(11), amount(12)), (5, 7, 3));
+        assert!(table.holds[&10].at.elapsed() >= Duration::from_millis(900));
+        assert!(table.holds[&11].at.elapsed() < HOLD_MAX);
+    }
+}

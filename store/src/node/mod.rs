@@ -22,6 +22,7 @@
 //! the stream), gives the hold back too.
 
 pub mod desk;
+pub mod hold_rows;
 pub mod lanes;
 pub mod proto;
 pub mod windows;
@@ -50,7 +51,7 @@ struct Inner {
     node: NodeId,
     map: Arc<dyn MapSource>,
     lanes: lanes::NodeLanes,
-    desk: desk::QuotaDesk,
+    desk: Arc<desk::QuotaDesk>,
     windows: windows::Windows,
     peers: Arc<crate::remote::RemoteStore>,
 }
@@ -67,13 +68,14 @@ impl NodeService {
         cluster: Arc<crate::remote::RemoteStore>,
     ) -> NodeService {
         let usage: Arc<dyn crate::client::StoreClient> = cluster.clone();
+        let desk = Arc::new(desk::QuotaDesk::new(usage, Arc::clone(&store)));
         NodeService {
             inner: Arc::new(Inner {
                 store,
                 node,
                 map,
                 lanes,
-                desk: desk::QuotaDesk::new(usage),
+                desk,
                 windows: windows::Windows::default(),
                 peers: cluster,
             }),
@@ -321,7 +323,7 @@ impl Inner {
                 limits,
                 ask,
             } => reply(&self.desk.reserve(&tenant, &limits, &ask).await?),
-            Call::QuotaRelease { id } => reply(&self.desk.release(id)),
+            Call::QuotaRelease { id } => reply(&self.desk.release(id).await?),
             object => self.object_call(object, body).await,
         }
     }

@@ -11,12 +11,16 @@ use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-/// Bytes, objects and upload creations of one tenant's writes in flight.
-#[derive(Default, Debug, Clone, Copy, PartialEq, Eq)]
-struct Inflight {
-    bytes: u64,
-    objects: u64,
-    uploads: u64,
+/// Bytes, objects and upload creations of writes in flight (one write's
+/// hold, or all of one tenant's).
+#[derive(Default, Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Inflight {
+    /// Bytes the writes add.
+    pub bytes: u64,
+    /// Objects they add.
+    pub objects: u64,
+    /// Multipart uploads they open.
+    pub uploads: u64,
 }
 
 /// One tenant's reservations: `check` serialises the checks (it is held
@@ -62,7 +66,28 @@ struct Delta {
     credit_objects: u64,
 }
 
+impl Reservation {
+    /// What this reservation counts in flight.
+    pub fn amount(&self) -> Inflight {
+        self.held
+    }
+}
+
 impl Quotas {
+    /// Count `amount` in flight for `tenant` without a check, until the
+    /// returned reservation is dropped: a hold another desk admitted,
+    /// taken over by this one (`crate::node::desk`).
+    pub fn adopt(&self, tenant: &TenantId, amount: Inflight) -> Reservation {
+        let slot = self.slot(tenant);
+        {
+            let mut f = slot.inflight.lock();
+            f.bytes += amount.bytes;
+            f.objects += amount.objects;
+            f.uploads += amount.uploads;
+        }
+        Reservation { slot, held: amount }
+    }
+
     fn slot(&self, tenant: &TenantId) -> Arc<Slot> {
         Arc::clone(self.tenants.lock().entry(tenant.clone()).or_default())
     }

@@ -55,9 +55,10 @@
 
 mod engine;
 mod hold;
+pub mod rows;
 pub mod usage;
 
-pub use engine::{Quotas, Reservation};
+pub use engine::{Inflight, Quotas, Reservation};
 pub(crate) use hold::Handover;
 pub use hold::QuotaHold;
 pub use usage::{TenantTotals, tenant_totals};
