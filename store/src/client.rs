@@ -61,6 +61,24 @@ pub trait StoreClient: Send + Sync {
     fn bucket_usage(&self, bucket: BucketId) -> Fut<'_, Usage>;
     /// Open multipart uploads of a bucket and their part bytes.
     fn bucket_pending(&self, bucket: BucketId) -> Fut<'_, Pending>;
+    /// [`StoreClient::bucket_usage`] and [`StoreClient::bucket_pending`]
+    /// summed over `buckets` (a tenant's: its quota check). A remote
+    /// client asks each node once for all of them.
+    fn buckets_totals(&self, buckets: Vec<BucketId>) -> Fut<'_, (Usage, Pending)> {
+        Box::pin(async move {
+            let mut usage = Usage::default();
+            let mut pending = Pending::default();
+            for b in buckets {
+                let u = self.bucket_usage(b).await?;
+                let p = self.bucket_pending(b).await?;
+                usage.objects += u.objects;
+                usage.bytes += u.bytes;
+                pending.uploads += p.uploads;
+                pending.part_bytes += p.part_bytes;
+            }
+            Ok((usage, pending))
+        })
+    }
 
     // ----- objects ---------------------------------------------------------
 

@@ -767,7 +767,7 @@ impl Store {
 }
 
 /// Usage of `bucket` summed over `partitions`.
-fn usage_over(
+pub(crate) fn usage_over(
     partitions: &[Arc<Partition>],
     bucket: BucketId,
 ) -> StoreResult<crate::record::Usage> {

@@ -256,6 +256,28 @@ impl Store {
         pending_over(&self.partitions_in(ids)?, bucket)
     }
 
+    /// Usage and open uploads of every bucket of `buckets`, summed over
+    /// them and over partitions `ids` (a cluster node answers for the
+    /// partitions it leads).
+    pub fn buckets_totals_in(
+        &self,
+        buckets: &[BucketId],
+        ids: &[crate::ids::PartitionId],
+    ) -> StoreResult<(crate::record::Usage, Pending)> {
+        let parts = self.partitions_in(ids)?;
+        let mut usage = crate::record::Usage::default();
+        let mut pending = Pending::default();
+        for &b in buckets {
+            let u = crate::store::usage_over(&parts, b)?;
+            let p = pending_over(&parts, b)?;
+            usage.objects += u.objects;
+            usage.bytes += u.bytes;
+            pending.uploads += p.uploads;
+            pending.part_bytes += p.part_bytes;
+        }
+        Ok((usage, pending))
+    }
+
     /// Abort an upload; its parts stop counting at once, and their space is
     /// reclaimed by compaction.
     pub async fn abort_multipart_upload(

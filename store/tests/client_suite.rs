@@ -191,6 +191,24 @@ async fn objects_and_buckets(c: &dyn StoreClient) {
     let bytes: i64 = (0..60).map(|i| 10 + i * 97).sum::<i64>() + 5000;
     assert_eq!(usage.bytes, bytes);
 
+    // A tenant's buckets summed in one ask (of each node, for a cluster).
+    let other = c
+        .create_bucket(&t, "suite-other", "us-east-1")
+        .await
+        .expect("create");
+    put(c, &other, "one", &data(700, 7)).await;
+    let (sum, _) = c
+        .buckets_totals(vec![b.id, other.id])
+        .await
+        .expect("totals");
+    assert_eq!((sum.objects, sum.bytes), (62, bytes + 700));
+    let (none, _) = c.buckets_totals(Vec::new()).await.expect("no buckets");
+    assert_eq!((none.objects, none.bytes), (0, 0));
+    assert!(c.delete_object(&other, "one").await.expect("delete"));
+    c.delete_bucket(&t, "suite-other")
+        .await
+        .expect("delete bucket");
+
     assert!(c.delete_object(&b, "k/000").await.expect("delete"));
     assert!(!c.delete_object(&b, "k/000").await.expect("delete again"));
 
@@ -292,6 +310,8 @@ async fn uploads(c: &dyn StoreClient) {
         "both uploads, whichever node holds them"
     );
     assert_eq!(c.bucket_pending(b.id).await.expect("pending").uploads, 2);
+    let (_, pending) = c.buckets_totals(vec![b.id]).await.expect("totals");
+    assert_eq!(pending, c.bucket_pending(b.id).await.expect("pending"));
 
     let done = c
         .complete_multipart_upload(&b, "obj", &id, listed.clone(), WriteCond::None, None)

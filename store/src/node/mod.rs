@@ -308,6 +308,10 @@ impl Inner {
             Call::BucketPending { bucket, partitions } => {
                 reply(&s.bucket_pending_in(bucket, &partitions)?)
             }
+            Call::BucketsTotals {
+                buckets,
+                partitions,
+            } => reply(&s.buckets_totals_in(&buckets, &partitions)?),
             Call::ListRuns {
                 bucket,
                 query,

@@ -380,6 +380,16 @@ pub enum Call {
         /// The partitions whose seal rows go.
         partitions: Vec<PartitionId>,
     },
+    /// Usage and open uploads of every bucket of `buckets`, summed over
+    /// them and over `partitions` (`(Usage, Pending)`): a tenant's
+    /// totals in one call per node, whatever its number of buckets.
+    /// Their leaders.
+    BucketsTotals {
+        /// The buckets (one tenant's).
+        buckets: Vec<BucketId>,
+        /// The partitions to sum.
+        partitions: Vec<PartitionId>,
+    },
 }
 
 /// One replication group at one node (`laneway cluster status`).
@@ -445,6 +455,7 @@ impl Call {
             Call::Groups => "groups",
             Call::ChangeMembers { .. } => "change_members",
             Call::ReviveBucketIn { .. } => "revive_bucket_in",
+            Call::BucketsTotals { .. } => "buckets_totals",
         }
     }
 
@@ -472,6 +483,7 @@ impl Call {
             | Call::ReviveBucketIn { .. }
             | Call::BucketUsage { .. }
             | Call::BucketPending { .. }
+            | Call::BucketsTotals { .. }
             | Call::ListRuns { .. }
             | Call::EditTags { .. }
             | Call::ListMultipartUploads { .. } => Route::Named,
@@ -521,6 +533,7 @@ impl Call {
                 | Call::CatalogDoc { .. }
                 | Call::BucketUsage { .. }
                 | Call::BucketPending { .. }
+                | Call::BucketsTotals { .. }
                 | Call::ListRuns { .. }
                 | Call::ListMultipartUploads { .. }
                 | Call::HeadObject { .. }
@@ -544,6 +557,7 @@ impl Call {
             | Call::ReviveBucketIn { partitions, .. }
             | Call::BucketUsage { partitions, .. }
             | Call::BucketPending { partitions, .. }
+            | Call::BucketsTotals { partitions, .. }
             | Call::ListMultipartUploads { partitions, .. } => partitions.clone(),
             Call::ListRuns { reqs, .. } => reqs.iter().map(|r| r.partition).collect(),
             Call::ChangeMembers {

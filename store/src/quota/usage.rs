@@ -29,25 +29,20 @@ pub async fn tenant_totals(
     store: &dyn StoreClient,
     tenant: &TenantId,
 ) -> StoreResult<TenantTotals> {
-    let mut t = TenantTotals::default();
-    for b in store.list_buckets(tenant).await? {
-        let u = store.bucket_usage(b.id).await?;
-        let p = store.bucket_pending(b.id).await?;
-        let part_bytes = count(p.part_bytes);
-        t.bytes += count(u.bytes) + part_bytes;
-        t.objects += count(u.objects);
-        t.part_bytes += part_bytes;
-        t.uploads += count(p.uploads);
-    }
-    Ok(t)
+    let buckets = store.list_buckets(tenant).await?;
+    let (u, p) = store
+        .buckets_totals(buckets.iter().map(|b| b.id).collect())
+        .await?;
+    let part_bytes = count(p.part_bytes);
+    Ok(TenantTotals {
+        bytes: count(u.bytes) + part_bytes,
+        objects: count(u.objects),
+        part_bytes,
+        uploads: count(p.uploads),
+    })
 }
 
-/// The tenant's multipart uploads in progress, exact (committed); reads
-/// only the upload counters.
+/// The tenant's multipart uploads in progress, exact (committed).
 pub async fn open_uploads(store: &dyn StoreClient, tenant: &TenantId) -> StoreResult<u64> {
-    let mut n = 0u64;
-    for b in store.list_buckets(tenant).await? {
-        n += count(store.bucket_pending(b.id).await?.uploads);
-    }
-    Ok(n)
+    Ok(tenant_totals(store, tenant).await?.uploads)
 }

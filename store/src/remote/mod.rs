@@ -473,6 +473,22 @@ impl StoreClient for RemoteStore {
         })
     }
 
+    fn buckets_totals(&self, buckets: Vec<BucketId>) -> Fut<'_, (Usage, Pending)> {
+        Box::pin(async move {
+            if buckets.is_empty() {
+                return Ok((Usage::default(), Pending::default()));
+            }
+            let parts: Vec<(Usage, Pending)> = self
+                .each_partition(|partitions| Call::BucketsTotals {
+                    buckets: buckets.clone(),
+                    partitions,
+                })
+                .await?;
+            let (usage, pending): (Vec<Usage>, Vec<Pending>) = parts.into_iter().unzip();
+            Ok((sum_usage(usage), sum_pending(pending)))
+        })
+    }
+
     fn put_object<'a>(
         &'a self,
         bucket: &'a BucketInfo,
