@@ -145,24 +145,31 @@ impl QuotaDesk {
             return Ok(None);
         };
         let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let amount = r.amount();
         if term.is_some() {
             let row = HoldRow {
                 tenant: tenant.clone(),
-                amount: r.amount(),
+                amount,
                 made_ms: crate::partition::now_ms(),
             };
             self.rows().put(id, row).await?;
         }
         let mut table = self.table.lock();
-        // A table rebuilt meanwhile (leadership lost and won again) read
-        // this hold's row, which committed: it counts the hold already.
-        if table.term == term {
-            let held = Held {
-                _reservation: r,
-                at: Instant::now(),
-            };
-            table.holds.insert(id, held);
-        }
+        // A table rebuilt meanwhile (leadership lost and won again) may
+        // or may not have read this hold's row (it may have committed in
+        // the new term): counted in that table's engine, under its id, it
+        // replaces the copy the rebuild read if there is one.
+        let reservation = if table.term == term {
+            r
+        } else {
+            drop(r);
+            table.engine.adopt(tenant, amount)
+        };
+        let held = Held {
+            _reservation: reservation,
+            at: Instant::now(),
+        };
+        table.holds.insert(id, held);
         Ok(Some(id))
     }
 
