@@ -22,7 +22,8 @@ rf3put: at RF 3 only (REPLICAS=1: RF 1), ROUNDS runs of the durable PUT
 measurement on one cluster (LANEWAY_BIN names the laneway binary, to
 compare two builds); SYSCALLS=1 adds the store nodes' context switches
 and system calls per PUT; QUOTA=1 follows each run with one as a tenant
-with a byte quota (every PUT reserves at the catalog's quota desk).
+with a byte quota (every PUT reserves at the catalog's quota desk; PERF
+and SYSCALLS then watch the quota tenant's second run).
 
 catchup: at RF 3, store-3 killed while CATCHUP_OBJECTS (default
 100000) 4 KiB objects are PUT, then started again: how long until every
@@ -355,9 +356,11 @@ def rf3put(s):
         if os.environ.get("QUOTA") == "1":
             tenants.append((" (quota)", quota_tenant(s)))
         for run in range(int(os.environ.get("ROUNDS", "3"))):
-            perf = start_perf(s) if run == 1 else None
-            calls = start_syscalls(s) if run == 1 else None
             for label, keys in tenants:
+                # Profiles and counts cover the second run of the last tenant.
+                watched = run == 1 and (label, keys) == tenants[-1]
+                perf = start_perf(s) if watched else None
+                calls = start_syscalls(s) if watched else None
                 out, cpu, _ = bench(s, ["put", "--endpoint", s.s3[0], "--concurrency", str(CONC),
                                         "--objects", "1000000", "--bucket", f"put{run}{len(label)}",
                                         "--warmup", "0", "--duration", str(DURATION)],
@@ -366,10 +369,10 @@ def rf3put(s):
                 print(f"{s.name} put run {run + 1}{label}: {rate:.0f}/s, p50 {p50} ms; CPU per PUT: "
                       f"{cpu_text(cpu, ops)}")
                 sys.stdout.flush()
-            if perf:
-                report_perf(s, perf)
-            if calls:
-                report_syscalls(calls, rate)
+                if perf:
+                    report_perf(s, perf)
+                if calls:
+                    report_syscalls(calls, rate)
         if replicated:
             node = os.path.join(s.dir, "store-1")
             print("# store-1 on disk: " + ", ".join(
