@@ -65,19 +65,7 @@ pub trait StoreClient: Send + Sync {
     /// summed over `buckets` (a tenant's: its quota check). A remote
     /// client asks each node once for all of them.
     fn buckets_totals(&self, buckets: Vec<BucketId>) -> Fut<'_, (Usage, Pending)> {
-        Box::pin(async move {
-            let mut usage = Usage::default();
-            let mut pending = Pending::default();
-            for b in buckets {
-                let u = self.bucket_usage(b).await?;
-                let p = self.bucket_pending(b).await?;
-                usage.objects += u.objects;
-                usage.bytes += u.bytes;
-                pending.uploads += p.uploads;
-                pending.part_bytes += p.part_bytes;
-            }
-            Ok((usage, pending))
-        })
+        Box::pin(totals_bucket_by_bucket(self, buckets))
     }
 
     // ----- objects ---------------------------------------------------------
@@ -261,6 +249,25 @@ pub trait StoreClient: Send + Sync {
 pub struct LocalStore {
     store: Arc<Store>,
     quotas: Arc<Quotas>,
+}
+
+/// [`StoreClient::buckets_totals`] asked bucket by bucket, with
+/// [`StoreClient::bucket_usage`] and [`StoreClient::bucket_pending`].
+pub async fn totals_bucket_by_bucket<C: StoreClient + ?Sized>(
+    client: &C,
+    buckets: Vec<BucketId>,
+) -> StoreResult<(Usage, Pending)> {
+    let mut usage = Usage::default();
+    let mut pending = Pending::default();
+    for b in buckets {
+        let u = client.bucket_usage(b).await?;
+        let p = client.bucket_pending(b).await?;
+        usage.objects += u.objects;
+        usage.bytes += u.bytes;
+        pending.uploads += p.uploads;
+        pending.part_bytes += p.part_bytes;
+    }
+    Ok((usage, pending))
 }
 
 impl LocalStore {

@@ -18,7 +18,9 @@ use laneway_store::node::NodeService;
 use laneway_store::node::lanes::NodeLanes;
 use laneway_store::quota::{QuotaAsk, QuotaLimits};
 use laneway_store::remote::RemoteStore;
-use laneway_store::rpc::{CallOptions, RpcServer, ServerOptions, Signer};
+use laneway_store::rpc::{
+    CallOptions, Handler, Reply, RpcServer, ServerOptions, Signer, WireCode, WireError,
+};
 use laneway_store::{
     BodyStream, BucketInfo, GetRange, ListEntry, ListQuery, LocalStore, PutOptions, Resume, Store,
     StoreConfig, StoreError, Tag, UploadQuery, WriteCond,
@@ -395,6 +397,30 @@ struct Cluster {
 }
 
 async fn cluster() -> Cluster {
+    cluster_of(false).await
+}
+
+/// A node of an earlier build, before `buckets_totals`: it cannot decode
+/// that call and refuses it as such; every other call it answers.
+struct EarlierBuild(NodeService);
+
+impl Handler for EarlierBuild {
+    fn call(
+        &self,
+        method: String,
+        args: bytes::Bytes,
+        body: BodyStream,
+    ) -> futures::future::BoxFuture<'static, Result<Reply, WireError>> {
+        if method == "buckets_totals" {
+            let refused = WireError::new(WireCode::BadCall, "unknown variant index");
+            return Box::pin(async move { Err(refused) });
+        }
+        self.0.call(method, args, body)
+    }
+}
+
+/// Three nodes; of an earlier build (`EarlierBuild`) when `earlier`.
+async fn cluster_of(earlier: bool) -> Cluster {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut listeners = Vec::new();
     for _ in 0..3 {
@@ -438,9 +464,14 @@ async fn cluster() -> Cluster {
         let lanes = NodeLanes::new(laneway_store::node::lanes::node_lanes_config());
         let peers = Arc::new(client.clone());
         let service = NodeService::new(Arc::clone(&store), node, Arc::clone(&map), lanes, peers);
+        let handler: Arc<dyn Handler> = if earlier {
+            Arc::new(EarlierBuild(service.clone()))
+        } else {
+            Arc::new(service.clone())
+        };
         let server = RpcServer::start(
             listener,
-            Arc::new(service.clone()),
+            handler,
             Signer::new(&secret),
             ServerOptions::default(),
         )
@@ -455,6 +486,27 @@ async fn cluster() -> Cluster {
         stores,
         services,
         client,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_s_totals_are_read_bucket_by_bucket_from_nodes_of_an_earlier_build() {
+    let c = cluster_of(true).await;
+    let t = tenant();
+    let mut ids = Vec::new();
+    for (i, name) in ["older-a", "older-b"].into_iter().enumerate() {
+        let b = c
+            .client
+            .create_bucket(&t, name, "us-east-1")
+            .await
+            .expect("create");
+        put(&c.client, &b, "k", &data(100 * (i + 1), 1)).await;
+        ids.push(b.id);
+    }
+    let (usage, pending) = c.client.buckets_totals(ids).await.expect("totals");
+    assert_eq!((usage.objects, usage.bytes, pending.uploads), (2, 300, 0));
+    for s in &c.stores {
+        s.shutdown();
     }
 }
 

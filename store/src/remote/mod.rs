@@ -478,14 +478,25 @@ impl StoreClient for RemoteStore {
             if buckets.is_empty() {
                 return Ok((Usage::default(), Pending::default()));
             }
-            let parts: Vec<(Usage, Pending)> = self
+            let asked: StoreResult<Vec<(Usage, Pending)>> = self
                 .each_partition(|partitions| Call::BucketsTotals {
                     buckets: buckets.clone(),
                     partitions,
                 })
-                .await?;
-            let (usage, pending): (Vec<Usage>, Vec<Pending>) = parts.into_iter().unzip();
-            Ok((sum_usage(usage), sum_pending(pending)))
+                .await;
+            match asked {
+                Ok(parts) => {
+                    let (usage, pending): (Vec<Usage>, Vec<Pending>) = parts.into_iter().unzip();
+                    Ok((sum_usage(usage), sum_pending(pending)))
+                }
+                // A node of an earlier build (a rolling upgrade) does not
+                // know the call and refuses it as one it cannot decode:
+                // ask bucket by bucket, as that build's gateways do.
+                Err(StoreError::Engine(_)) => {
+                    crate::client::totals_bucket_by_bucket(self, buckets).await
+                }
+                Err(e) => Err(e),
+            }
         })
     }
 
