@@ -337,7 +337,7 @@ fn table_of(rows: Vec<(u64, HoldRow)>, term: u64) -> Table {
 
 /// Run blocking `f` (a catalog read or a commit through its group) on a
 /// blocking thread.
-async fn blocking<T: Send + 'static>(
+pub(crate) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> StoreResult<T> + Send + 'static,
 ) -> StoreResult<T> {
     tokio::task::spawn_blocking(f)

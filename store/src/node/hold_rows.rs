@@ -129,9 +129,7 @@ async fn commit(store: &Weak<Store>, changes: &[Change]) -> StoreResult<()> {
         }
     }
     let store = store.upgrade().ok_or(StoreError::ShuttingDown)?;
-    tokio::task::spawn_blocking(move || store.write_quota_holds(&puts, &deletes))
-        .await
-        .map_err(|e| StoreError::Engine(format!("quota hold rows task: {e}")))?
+    super::desk::blocking(move || store.write_quota_holds(&puts, &deletes)).await
 }
 
 /// A batch's failure as each of its callers gets it: who leads, when that
