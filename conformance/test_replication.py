@@ -981,7 +981,8 @@ def test_quota_holds_in_flight_survive_a_catalog_leader_killed(nemesis, cluster)
     upload: a 4 MiB PUT is refused QuotaExceeded (before, the new leader
     knew of no write in flight and admitted it, and the tenant ended with
     10 MiB stored). The upload then completes; 2 MiB more fit exactly,
-    1 MiB more does not, and usage never passes the quota."""
+    1 MiB more does not, and usage never passes the quota. A client that
+    hangs up half-way through its body holds nothing afterwards."""
     poll(lambda: fully_replicated(cluster), READ_DEADLINE_S, interval=1.0, what="every group healthy")
     mib = 1024 * 1024
     quota = 8 * mib
@@ -1013,13 +1014,20 @@ def test_quota_holds_in_flight_survive_a_catalog_leader_killed(nemesis, cluster)
     finally:
         answer = slow.finish()
     assert answer.startswith(b"HTTP/1.1 200"), answer[:300]
-    assert settled(lambda: s3.put_object(Bucket=bucket, Key="fits", Body=b"f" * 2 * mib)) == "OK"
+    # A client that hangs up half-way through a 2 MiB body: its hold (a
+    # row written at the new leader) is given back, so 2 MiB fit again.
+    cut = SlowPut(cluster.endpoint(0), key, bucket, "cut", 2 * mib)
+    cut.send(mib)
+    cut.sock.close()
+    poll(lambda: error_code(lambda: s3.put_object(Bucket=bucket, Key="fits", Body=b"f" * 2 * mib)) == "OK",
+         WRITE_DEADLINE_S, interval=0.5, what="the hold of the cut upload is given back")
     assert settled(lambda: s3.put_object(Bucket=bucket, Key="over", Body=b"o" * mib)) == "QuotaExceeded"
     nemesis.restart(leader)
     poll(lambda: fully_replicated(cluster), catch_up_deadline(cluster), interval=1.0, what="every group healthy")
     stored = list_all(s3, bucket)
     assert sum(stored.values()) <= quota, stored
     assert stored.get(slow_key) == 6 * mib and stored.get("fits") == 2 * mib, stored
+    assert "cut" not in stored, stored
     for k in stored:
         s3.delete_object(Bucket=bucket, Key=k)
     s3.delete_bucket(Bucket=bucket)
