@@ -907,8 +907,11 @@ class SlowPut:
             self.left -= n
 
     def _trickle(self) -> None:
-        while not self.done.wait(0.5):
-            self.send(1024)
+        try:
+            while not self.done.wait(0.5):
+                self.send(1024)
+        except OSError:
+            pass  # the server answered early and closed; finish reads why
 
     def start(self, first: int) -> None:
         self.send(first)
@@ -918,15 +921,46 @@ class SlowPut:
         """Send the rest; the response's status line and headers."""
         self.done.set()
         self.thread.join()
-        self.send(self.left)
         got = b""
-        while b"\r\n\r\n" not in got:
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                break
-            got += chunk
+        try:
+            self.send(self.left)
+        except OSError:
+            pass  # answered early (an error): its answer may still be readable
+        try:
+            while b"\r\n\r\n" not in got:
+                chunk = self.sock.recv(65536)
+                if not chunk:
+                    break
+                got += chunk
+        except OSError as e:
+            got += f"<connection failed: {e}>".encode()
         self.sock.close()
         return got
+
+
+def catalog_log(cluster) -> tuple[int, bool]:
+    """The catalog leader's last log entry, and whether every replica is
+    up and applied all of it."""
+    g = next(g for g in cluster_status(cluster)["groups"] if g["group"] == "catalog")
+    last = next((r["last_log"] for r in g["replicas"] if r["leader"]), 0)
+    return last, all(r["up"] and r["lag"] == 0 for r in g["replicas"])
+
+
+def catalog_log_still(cluster) -> int | None:
+    """The catalog leader's last entry when every replica applied it and
+    no entry came in half a second (the hold rows of earlier writes, and
+    their deletes, all committed), else None."""
+    first, caught = catalog_log(cluster)
+    time.sleep(0.5)
+    second, caught_again = catalog_log(cluster)
+    return first if caught and caught_again and first == second and first > 0 else None
+
+
+def catalog_log_grew(cluster, base: int) -> bool:
+    """The catalog's log grew past entry `base` and every replica applied
+    it all."""
+    last, caught = catalog_log(cluster)
+    return caught and last > base
 
 
 def catalog_leader_apart(nemesis, cluster) -> str:
@@ -997,12 +1031,20 @@ def test_quota_holds_in_flight_survive_a_catalog_leader_killed(nemesis, cluster)
     for o in s3.list_objects_v2(Bucket=bucket).get("Contents", []):
         if o["Key"] != slow_key:
             s3.delete_object(Bucket=bucket, Key=o["Key"])
+    base, _ = poll(lambda: catalog_log_still(cluster), WRITE_DEADLINE_S, interval=0.5,
+                   what="the catalog's log still, on every replica")
     slow = SlowPut(cluster.endpoint(0), key, bucket, slow_key, 6 * mib)
     try:
         slow.start(mib)
         # Its reservation is made before the body is read: 3 MiB more do
         # not fit while it is in flight.
         assert settled(lambda: s3.put_object(Bucket=bucket, Key="before", Body=b"b" * 3 * mib)) == "QuotaExceeded"
+        # The leader's desk counts a hold as soon as it admits it, and
+        # answers it once its row committed: the leader dies only after
+        # that (killed before, the upload's reservation fails, 503, and a
+        # new leader rightly knows no hold).
+        poll(lambda: catalog_log_grew(cluster, base), WRITE_DEADLINE_S, interval=0.2,
+             what="the upload's hold row committed on every replica")
         nemesis.kill(leader)
 
         def new_leader() -> bool:
