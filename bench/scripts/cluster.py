@@ -23,7 +23,8 @@ measurement on one cluster (LANEWAY_BIN names the laneway binary, to
 compare two builds); SYSCALLS=1 adds the store nodes' context switches
 and system calls per PUT; QUOTA=1 follows each run with one as a tenant
 with a byte quota (every PUT reserves at the catalog's quota desk; PERF
-and SYSCALLS then watch the quota tenant's second run).
+and SYSCALLS then watch the quota tenant's second run), which first
+gets QUOTA_BUCKETS (default 0) more buckets, one object each.
 
 catchup: at RF 3, store-3 killed while CATCHUP_OBJECTS (default
 100000) 4 KiB objects are PUT, then started again: how long until every
@@ -354,7 +355,9 @@ def rf3put(s):
             print(f"# groups led per node: {leaders}")
         tenants = [("", (ACCESS, SECRET))]
         if os.environ.get("QUOTA") == "1":
-            tenants.append((" (quota)", quota_tenant(s)))
+            keys = quota_tenant(s)
+            extra_buckets(s, keys, int(os.environ.get("QUOTA_BUCKETS", "0")))
+            tenants.append((" (quota)", keys))
         for run in range(int(os.environ.get("ROUNDS", "3"))):
             for label, keys in tenants:
                 # Profiles and counts cover the second run of the last tenant.
@@ -395,6 +398,16 @@ def quota_tenant(s):
         key = json.loads(resp.read())["key"]
     time.sleep(2)
     return key["access_key"], key["secret_key"]
+
+
+def extra_buckets(s, keys, n):
+    """`n` more buckets of the tenant of `keys`, one object each (its
+    quota check sums the usage of all of its buckets)."""
+    for i in range(n):
+        bench(s, ["put", "--endpoint", s.s3[0], "--concurrency", "1", "--objects", "1",
+                  "--bucket", f"extra{i}", "--warmup", "0", "--duration", "1"], quiet=True, keys=keys)
+    if n:
+        print(f"# the quota tenant has {n} more buckets")
 
 
 SYSCALL_EVENTS = ["context-switches", "syscalls:sys_enter_fdatasync", "syscalls:sys_enter_fsync",

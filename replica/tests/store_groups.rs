@@ -17,6 +17,7 @@ use laneway_replica::memnet::Router;
 use laneway_replica::types::NodeId;
 use laneway_replica::wal::Wal;
 use laneway_store::ids::PartitionId;
+use laneway_store::node::desk::QuotaDesk;
 use laneway_store::replication::Replication;
 use laneway_store::{BodyStream, BucketInfo, PutOptions, Store, StoreConfig, StoreError, TenantId};
 use openraft::BasicNode;
@@ -795,44 +796,70 @@ fn catalog_leader(nodes: &Nodes) -> NodeId {
     }
 }
 
-#[test]
-fn quota_holds_in_flight_outlive_a_change_of_the_catalog_s_leader() {
-    use laneway_store::node::desk::QuotaDesk;
-    use laneway_store::quota::{QuotaAsk, QuotaLimits};
-    const MIB: u64 = 1 << 20;
-    let mut nodes = Nodes::with_catalog();
-    // Usage is read from a store of its own, where the tenant stores
-    // nothing: only the holds in flight count.
-    let usage_dir = tempfile::tempdir().expect("tempdir");
-    let usage: Arc<dyn laneway_store::StoreClient> = Arc::new(laneway_store::LocalStore::new(
-        Store::open(usage_dir.path(), StoreConfig::default()).expect("usage store"),
-    ));
-    let tenant = TenantId("t1".into());
-    let limits = QuotaLimits {
-        quota_bytes: Some(8 * MIB),
-        ..QuotaLimits::default()
-    };
-    let b = BucketInfo {
-        id: laneway_store::ids::BucketId(1),
-        tenant: tenant.clone(),
-        name: "b".into(),
-        created_ms: 0,
-        region: "us-east-1".into(),
-        tags: Vec::new(),
-    };
-    let write = |bytes: u64| QuotaAsk::Write {
-        bucket: b.clone(),
-        key: None,
-        bytes,
-        objects: 1,
-    };
-    // Retried through the election's NotLeader and Unavailable answers.
-    let reserve = |nodes: &Nodes, desk: &Arc<QuotaDesk>, bytes: u64| {
+/// A quota desk's surroundings: the tenant's usage read from a store of
+/// its own, where it stores nothing (only the holds in flight count),
+/// and an 8 MiB byte quota.
+struct DeskFixture {
+    _dir: tempfile::TempDir,
+    usage: Arc<dyn laneway_store::StoreClient>,
+    tenant: TenantId,
+    limits: laneway_store::quota::QuotaLimits,
+}
+
+const MIB: u64 = 1 << 20;
+
+impl DeskFixture {
+    fn new() -> DeskFixture {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let usage = Arc::new(laneway_store::LocalStore::new(
+            Store::open(dir.path(), StoreConfig::default()).expect("usage store"),
+        ));
+        DeskFixture {
+            _dir: dir,
+            usage,
+            tenant: TenantId("t1".into()),
+            limits: laneway_store::quota::QuotaLimits {
+                quota_bytes: Some(8 * MIB),
+                ..Default::default()
+            },
+        }
+    }
+
+    /// A desk at node `id`'s store.
+    fn desk_at(&self, nodes: &Nodes, id: NodeId) -> Arc<QuotaDesk> {
+        Arc::new(QuotaDesk::new(
+            Arc::clone(&self.usage),
+            Arc::clone(&nodes.stores[&id]),
+        ))
+    }
+
+    /// A reservation of `bytes` (under the call id `named`, if any),
+    /// retried through an election's NotLeader and Unavailable answers.
+    fn reserve(
+        &self,
+        nodes: &Nodes,
+        desk: &Arc<QuotaDesk>,
+        named: Option<u64>,
+        bytes: u64,
+    ) -> Result<Option<u64>, StoreError> {
+        let write = laneway_store::quota::QuotaAsk::Write {
+            bucket: BucketInfo {
+                id: laneway_store::ids::BucketId(1),
+                tenant: self.tenant.clone(),
+                name: "b".into(),
+                created_ms: 0,
+                region: "us-east-1".into(),
+                tags: Vec::new(),
+            },
+            key: None,
+            bytes,
+            objects: 1,
+        };
         let start = Instant::now();
         loop {
             match nodes
                 .rt
-                .block_on(desk.reserve(&tenant, &limits, &write(bytes)))
+                .block_on(desk.reserve(named, &self.tenant, &self.limits, &write))
             {
                 Err(StoreError::NotLeader(_) | StoreError::Unavailable(_))
                     if start.elapsed() < PATIENCE =>
@@ -842,13 +869,16 @@ fn quota_holds_in_flight_outlive_a_change_of_the_catalog_s_leader() {
                 other => return other,
             }
         }
-    };
-    let desk_at = |nodes: &Nodes, id: NodeId| {
-        Arc::new(QuotaDesk::new(
-            Arc::clone(&usage),
-            Arc::clone(&nodes.stores[&id]),
-        ))
-    };
+    }
+}
+
+#[test]
+fn quota_holds_in_flight_outlive_a_change_of_the_catalog_s_leader() {
+    let mut nodes = Nodes::with_catalog();
+    let f = DeskFixture::new();
+    let reserve =
+        |nodes: &Nodes, desk: &Arc<QuotaDesk>, bytes: u64| f.reserve(nodes, desk, None, bytes);
+    let desk_at = |nodes: &Nodes, id: NodeId| f.desk_at(nodes, id);
     let first = catalog_leader(&nodes);
     let desk = desk_at(&nodes, first);
     let big = reserve(&nodes, &desk, 6 * MIB)
@@ -905,4 +935,59 @@ fn quota_holds_in_flight_outlive_a_change_of_the_catalog_s_leader() {
     reserve(&nodes, &desk, 2 * MIB)
         .expect("6 + 2 of 8 MiB")
         .expect("held");
+}
+
+#[test]
+fn a_reservation_asked_again_holds_once_at_its_desk_and_at_the_next_leader() {
+    let mut nodes = Nodes::with_catalog();
+    let f = DeskFixture::new();
+    // Named by its call's id, as a gateway's reservation is.
+    let reserve = |nodes: &Nodes, desk: &Arc<QuotaDesk>, named: Option<u64>, bytes: u64| {
+        f.reserve(nodes, desk, named, bytes)
+    };
+    let desk_at = |nodes: &Nodes, id: NodeId| f.desk_at(nodes, id);
+    const NAMED: u64 = 0x5eed_0000_0000_0077;
+    let first = catalog_leader(&nodes);
+    let desk = desk_at(&nodes, first);
+    assert_eq!(
+        reserve(&nodes, &desk, Some(NAMED), 6 * MIB).expect("6 of 8 MiB"),
+        Some(NAMED)
+    );
+    // Its answer was lost, say: asked again, it is the same hold (held
+    // twice, 12 MiB would not fit under 8).
+    assert_eq!(
+        reserve(&nodes, &desk, Some(NAMED), 6 * MIB).expect("again"),
+        Some(NAMED)
+    );
+    assert_eq!(desk.held(), 1);
+    let two = reserve(&nodes, &desk, None, 2 * MIB)
+        .expect("6 + 2 of 8 MiB")
+        .expect("held");
+    nodes.rt.block_on(desk.release(two)).expect("released");
+    // The leader stops; the call is asked again at the next one, which
+    // took the hold over from its row.
+    drop(desk);
+    nodes.stop(first);
+    let second = catalog_leader(&nodes);
+    let desk = desk_at(&nodes, second);
+    assert_eq!(
+        reserve(&nodes, &desk, Some(NAMED), 6 * MIB).expect("at the next leader"),
+        Some(NAMED)
+    );
+    assert_eq!(desk.held(), 1, "taken over, not held again");
+    let two = reserve(&nodes, &desk, None, 2 * MIB)
+        .expect("6 + 2 of 8 MiB at the next leader")
+        .expect("held");
+    assert!(matches!(
+        reserve(&nodes, &desk, None, MIB),
+        Err(StoreError::QuotaExceeded(_))
+    ));
+    // Given back, the id names nothing: asked again, it is checked anew.
+    nodes.rt.block_on(desk.release(NAMED)).expect("released");
+    nodes.rt.block_on(desk.release(two)).expect("released");
+    assert_eq!(
+        reserve(&nodes, &desk, Some(NAMED), 8 * MIB).expect("8 of 8 MiB"),
+        Some(NAMED)
+    );
+    assert_eq!(desk.held(), 1);
 }

@@ -89,3 +89,37 @@ pub enum StoreError {
     #[error("index engine error: {0}")]
     Engine(String),
 }
+
+impl StoreError {
+    /// The same error again, for each of several callers one failure
+    /// answers (an I/O error keeps its kind and message).
+    pub fn duplicate(&self) -> StoreError {
+        use StoreError as E;
+        match self {
+            E::NoSuchBucket => E::NoSuchBucket,
+            E::BucketAlreadyOwnedByYou => E::BucketAlreadyOwnedByYou,
+            E::BucketNotEmpty => E::BucketNotEmpty,
+            E::NoSuchKey => E::NoSuchKey,
+            E::BadDigest => E::BadDigest,
+            E::IncompleteBody => E::IncompleteBody,
+            E::Body(m) => E::Body(m.clone()),
+            E::NoSuchUpload => E::NoSuchUpload,
+            E::InvalidPart => E::InvalidPart,
+            E::InvalidPartOrder => E::InvalidPartOrder,
+            E::EntityTooSmall => E::EntityTooSmall,
+            E::ChecksumMismatch(m) => E::ChecksumMismatch(m.clone()),
+            E::PreconditionFailed => E::PreconditionFailed,
+            E::Corrupt(m) => E::Corrupt(m.clone()),
+            E::InvalidArgument(m) => E::InvalidArgument(m.clone()),
+            E::ShuttingDown => E::ShuttingDown,
+            E::InsufficientStorage => E::InsufficientStorage,
+            E::QuotaExceeded(m) => E::QuotaExceeded(m.clone()),
+            E::Unavailable(m) => E::Unavailable(m.clone()),
+            E::NotHosted(p) => E::NotHosted(*p),
+            E::NotLeader(l) => E::NotLeader(*l),
+            E::Layout(m) => E::Layout(m.clone()),
+            E::Io(e) => E::Io(std::io::Error::new(e.kind(), e.to_string())),
+            E::Engine(m) => E::Engine(m.clone()),
+        }
+    }
+}

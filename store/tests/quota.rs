@@ -125,6 +125,57 @@ async fn concurrent_asks_for_the_last_bytes_admit_one() {
 }
 
 #[tokio::test]
+async fn many_concurrent_asks_fill_the_quota_exactly() {
+    // More asks than one round takes (256): 400 writes of 10 bytes under
+    // 1,000 bytes, while 37 bytes are stored, from tasks of their own.
+    let dir = tempfile::tempdir().expect("tmp");
+    let (s, b) = setup(dir.path());
+    put(s.store(), &b, "stored", &[1; 37]).await;
+    let s = std::sync::Arc::new(s);
+    let tasks = (0..400).map(|i| {
+        let (s, b) = (std::sync::Arc::clone(&s), b.clone());
+        tokio::spawn(
+            async move { ask(&s, bytes_quota(1_000), put_ask(&b, &format!("k{i}"), 10)).await },
+        )
+    });
+    let answers: Vec<_> = join_all(tasks)
+        .await
+        .into_iter()
+        .map(|r| r.expect("task"))
+        .collect();
+    let admitted = answers.iter().filter(|r| matches!(r, Ok(Some(_)))).count();
+    let refusals = answers
+        .iter()
+        .filter(|r| matches!(r, Err(StoreError::QuotaExceeded(_))))
+        .count();
+    assert_eq!((admitted, refusals), (96, 304));
+    drop(answers);
+    drop(held(
+        ask(&s, bytes_quota(1_000), put_ask(&b, "after", 963)).await,
+    ));
+}
+
+#[tokio::test]
+async fn an_ask_whose_caller_went_away_mid_round_holds_nothing() {
+    // Callers that give up while their round reads: nothing of theirs
+    // stays counted, and the asks behind them are still answered.
+    let dir = tempfile::tempdir().expect("tmp");
+    let (s, b) = setup(dir.path());
+    for i in 0..50 {
+        let gone = ask(&s, bytes_quota(100), put_ask(&b, &format!("g{i}"), 60));
+        let kept = ask(&s, bytes_quota(100), put_ask(&b, "kept", 60));
+        let (_, kept) = futures::join!(
+            tokio::time::timeout(std::time::Duration::from_micros(i * 20), gone),
+            kept
+        );
+        drop(kept);
+    }
+    drop(held(
+        ask(&s, bytes_quota(100), put_ask(&b, "all", 100)).await,
+    ));
+}
+
+#[tokio::test]
 async fn an_overwrite_is_credited_with_the_object_it_replaces() {
     let dir = tempfile::tempdir().expect("tmp");
     let (s, b) = setup(dir.path());

@@ -79,6 +79,9 @@ pub struct QuotaDesk {
     rows_lock: tokio::sync::Mutex<()>,
     next: AtomicU64,
     lapsed: Mutex<Instant>,
+    /// Holds being made, by id: whether a release came for one meanwhile
+    /// (it is then given back as soon as it is made).
+    making: Mutex<HashMap<u64, bool>>,
 }
 
 /// The holds one desk knows, with the engine that counts them.
@@ -117,20 +120,29 @@ impl QuotaDesk {
             rows_lock: tokio::sync::Mutex::new(()),
             next: AtomicU64::new(first_id()),
             lapsed: Mutex::new(Instant::now()),
+            making: Mutex::new(HashMap::new()),
         }
     }
 
-    /// Reserve for `ask`; the hold's id (`None`: nothing to hold).
+    /// Reserve for `ask` under id `named` (the call's: a repeat of a
+    /// reservation this desk holds is answered with it), or under a new
+    /// id; the hold's id (`None`: nothing to hold).
     pub async fn reserve(
         self: &Arc<Self>,
+        named: Option<u64>,
         tenant: &TenantId,
         limits: &QuotaLimits,
         ask: &QuotaAsk,
     ) -> StoreResult<Option<u64>> {
         let term = self.current().await?;
         self.lapse();
+        let id = named.unwrap_or_else(|| self.next.fetch_add(1, Ordering::Relaxed));
+        let making = Making::claim(self, id)?;
         let engine = {
             let table = self.table.lock();
+            if table.holds.contains_key(&id) {
+                return Ok(Some(id));
+            }
             if table.holds.len() >= MAX_HOLDS {
                 return Err(StoreError::Unavailable(
                     "too many quota reservations in flight".into(),
@@ -144,7 +156,6 @@ impl QuotaDesk {
         else {
             return Ok(None);
         };
-        let id = self.next.fetch_add(1, Ordering::Relaxed);
         let amount = r.amount();
         if term.is_some() {
             let row = HoldRow {
@@ -154,6 +165,29 @@ impl QuotaDesk {
             };
             self.rows().put(id, row).await?;
         }
+        if !self.keep(id, tenant, r, term, making) {
+            // Given back while it was made (its caller gave up on it).
+            if term.is_some() {
+                self.rows().delete(id).await?;
+            }
+            return Err(StoreError::Unavailable(
+                "the quota reservation was given back while it was made".into(),
+            ));
+        }
+        Ok(Some(id))
+    }
+
+    /// Put the hold `id` just made (`r`, its row written in `term`) in
+    /// the table, unless a release came for it while it was made; whether
+    /// it is kept.
+    fn keep(
+        &self,
+        id: u64,
+        tenant: &TenantId,
+        r: Reservation,
+        term: Option<u64>,
+        making: Making<'_>,
+    ) -> bool {
         let mut table = self.table.lock();
         // A table rebuilt meanwhile (leadership lost and won again) may
         // or may not have read this hold's row (it may have committed in
@@ -162,22 +196,37 @@ impl QuotaDesk {
         let reservation = if table.term == term {
             r
         } else {
+            let amount = r.amount();
             drop(r);
             table.engine.adopt(tenant, amount)
         };
+        if making.done() {
+            return false;
+        }
         let held = Held {
             _reservation: reservation,
             at: Instant::now(),
         };
         table.holds.insert(id, held);
-        Ok(Some(id))
+        true
     }
 
     /// Give hold `id` back (unknown ids, already lapsed or given back,
-    /// are ignored).
+    /// are ignored; one still being made is given back once made).
     pub async fn release(&self, id: u64) -> StoreResult<()> {
         let term = self.current().await?;
-        let gone = self.table.lock().holds.remove(&id);
+        let gone = {
+            let mut table = self.table.lock();
+            let gone = table.holds.remove(&id);
+            if gone.is_none() {
+                // Under the table's lock, so the hold's maker either
+                // sees this or has put the hold in the table already.
+                if let Some(released) = self.making.lock().get_mut(&id) {
+                    *released = true;
+                }
+            }
+            gone
+        };
         if gone.is_none() || term.is_none() {
             return Ok(());
         }
@@ -294,6 +343,49 @@ impl QuotaDesk {
             );
         }
         Ok(())
+    }
+}
+
+/// The id of the hold a reservation call with id `call` makes (its
+/// first eight bytes; the id is random, drawn by the caller).
+pub fn hold_id(call: &crate::repeat::CallId) -> u64 {
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&call[..8]);
+    u64::from_be_bytes(first)
+}
+
+/// A hold being made under its id: while it is, a repeat of its
+/// reservation (same id) is refused (503, so it is asked again and then
+/// finds the hold made), and a release of the id is noted for it.
+struct Making<'a> {
+    desk: &'a QuotaDesk,
+    id: u64,
+}
+
+impl<'a> Making<'a> {
+    /// Claim `id`, or refuse: a reservation under it is being made.
+    fn claim(desk: &'a QuotaDesk, id: u64) -> StoreResult<Making<'a>> {
+        let mut making = desk.making.lock();
+        if making.contains_key(&id) {
+            return Err(StoreError::Unavailable(
+                "this quota reservation is being made; retry".into(),
+            ));
+        }
+        making.insert(id, false);
+        Ok(Making { desk, id })
+    }
+
+    /// Whether a release came for the hold while it was made; the claim
+    /// ends (the caller holds the table's lock, so a release after this
+    /// finds the hold in the table).
+    fn done(self) -> bool {
+        self.desk.making.lock().remove(&self.id).unwrap_or(false)
+    }
+}
+
+impl Drop for Making<'_> {
+    fn drop(&mut self) {
+        self.desk.making.lock().remove(&self.id);
     }
 }
 

@@ -154,9 +154,11 @@ impl Inner {
             .admit(env.caller.as_ref(), env.call.base_costs())
             .await
             .map_err(|e| WireError::from_store(&e))?;
-        if env.call.has_data() {
+        if env.call.has_data() || env.call.waits_on_peers() {
             // Its body's chunks wait for their own turns: a permit held
-            // across them could hold capacity they wait for.
+            // across them could hold capacity they wait for. A call that
+            // waits on other nodes would hold the capacity across the
+            // network: it had its turn, and runs without it.
             permit = None;
         }
         let body = self.lanes.pace(env.caller.as_ref(), body);
@@ -326,7 +328,10 @@ impl Inner {
                 tenant,
                 limits,
                 ask,
-            } => reply(&self.desk.reserve(&tenant, &limits, &ask).await?),
+            } => {
+                let named = crate::repeat::current().map(|id| desk::hold_id(&id));
+                reply(&self.desk.reserve(named, &tenant, &limits, &ask).await?)
+            }
             Call::QuotaRelease { id } => reply(&self.desk.release(id).await?),
             object => self.object_call(object, body).await,
         }

@@ -345,7 +345,9 @@ pub enum Call {
         /// The new content.
         body: Vec<u8>,
     },
-    /// Reserve quota for a write (`Option<u64>`: the hold's id). Catalog.
+    /// Reserve quota for a write (`Option<u64>`: the hold's id, which is
+    /// the call's id's when it carries one: [`Call::applies_once`]).
+    /// Catalog.
     QuotaReserve {
         /// The tenant.
         tenant: TenantId,
@@ -518,6 +520,15 @@ impl Call {
         )
     }
 
+    /// Whether the node's work on the call is mostly waiting on other
+    /// nodes: a quota reservation (the tenant's usage read from every
+    /// node, its hold's row committed through the catalog's group) or
+    /// release (the row's delete committed). It takes its turn in the
+    /// lanes but holds no capacity while it waits (`crate::node`).
+    pub fn waits_on_peers(&self) -> bool {
+        matches!(self, Call::QuotaReserve { .. } | Call::QuotaRelease { .. })
+    }
+
     /// Whether the call streams a body after its arguments.
     pub fn has_data(&self) -> bool {
         matches!(self, Call::PutObject { .. } | Call::UploadPart { .. })
@@ -591,6 +602,9 @@ impl Call {
     ///   is applying it once"), SealBucket, ReviveBucket(In), SetBucketTags,
     ///   QuotaRelease, ChangeMembers (adding a learner twice, or setting
     ///   the voters it already has, changes nothing).
+    /// - QuotaReserve to a replicated catalog: its hold is named by the
+    ///   call's id ([`Call::applies_once`]), and a desk that holds it
+    ///   answers a repeat with it (`crate::node::desk`).
     /// - AbortMultipartUpload and an unconditional
     ///   CompleteMultipartUpload: a repeat after the first took effect
     ///   finds no upload, which the client reads as that effect (a
@@ -600,7 +614,7 @@ impl Call {
     ///   the first run's own result), CreateMultipartUpload (a second
     ///   upload id), CreateBucket and DropBucket (a repeat answers
     ///   "exists" / "no such bucket"), PutCatalogDoc (conditional on its
-    ///   version), QuotaReserve (a second hold).
+    ///   version).
     pub fn may_repeat(&self) -> bool {
         if self.is_read() {
             return true;
@@ -617,6 +631,7 @@ impl Call {
             | Call::ReviveBucketIn { .. }
             | Call::SetBucketTags { .. }
             | Call::QuotaRelease { .. }
+            | Call::QuotaReserve { .. }
             | Call::AbortMultipartUpload { .. } => true,
             Call::CompleteMultipartUpload { cond, .. } => *cond == WriteCond::None,
             _ => false,
@@ -628,7 +643,9 @@ impl Call {
     /// ([`crate::repeat`]): the object writes the gateway sends again
     /// ([`Call::may_repeat`]) whose repeat could undo another client's
     /// write, and the catalog's bucket tagging (its row is the catalog's:
-    /// [`crate::catalog::Catalog::set_tags`]).
+    /// [`crate::catalog::Catalog::set_tags`]); and a quota reservation,
+    /// whose hold is named by the id, so a repeat finds it
+    /// (`crate::node::desk`).
     pub fn applies_once(&self) -> bool {
         matches!(
             self,
@@ -637,6 +654,7 @@ impl Call {
                 | Call::ReplaceObjectMeta { .. }
                 | Call::EditTags { .. }
                 | Call::SetBucketTags { .. }
+                | Call::QuotaReserve { .. }
         )
     }
 

@@ -1,7 +1,15 @@
 //! [`Quotas`]: the in-flight reservations of every tenant and the check
 //! that admits or refuses a write (see the [module doc](super)).
+//!
+//! A tenant's asks are checked in rounds: each waits in its tenant's
+//! queue, and whoever holds the tenant's check lock takes every ask
+//! waiting (up to [`MAX_ROUND`]), reads what each would replace, reads
+//! the tenant's usage once, and admits them in turn against it, each
+//! counting what the ones before it took. So a tenant with many writes in
+//! flight pays one usage read per round instead of one per write, and
+//! its writes wait one round, not behind every other write's read.
 
-use super::usage::{open_uploads, tenant_totals};
+use super::usage::tenant_totals;
 use super::{QuotaAsk, QuotaLimits, TenantTotals};
 use crate::client::StoreClient;
 use crate::error::{StoreError, StoreResult};
@@ -10,6 +18,7 @@ use crate::store::BucketInfo;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
+use tokio::sync::oneshot;
 
 /// Bytes, objects and upload creations of writes in flight (one write's
 /// hold, or all of one tenant's).
@@ -23,15 +32,68 @@ pub struct Inflight {
     pub uploads: u64,
 }
 
-/// One tenant's reservations: `check` serialises the checks (it is held
-/// while the tenant's usage is read from the store, which is a wait on
-/// the store; it is this tenant's alone, so only its own writes queue on
-/// it); `inflight` is only ever held for a few instructions, never across
-/// a wait, so a reservation can be given back in `Drop`.
+impl Inflight {
+    /// Count `other` too.
+    fn add(&mut self, other: Inflight) {
+        self.bytes += other.bytes;
+        self.objects += other.objects;
+        self.uploads += other.uploads;
+    }
+
+    /// Count `other` no more.
+    fn take(&mut self, other: Inflight) {
+        self.bytes = self.bytes.saturating_sub(other.bytes);
+        self.objects = self.objects.saturating_sub(other.objects);
+        self.uploads = self.uploads.saturating_sub(other.uploads);
+    }
+}
+
+/// Asks one round checks at most (the others wait for the next round).
+pub const MAX_ROUND: usize = 256;
+
+/// One tenant's reservations: its asks wait in `waiting` until a round
+/// checks them; `check` serialises the rounds (it is held while the
+/// tenant's usage is read from the store, which is a wait on the store;
+/// it is this tenant's alone, so only its own writes queue on it);
+/// `inflight` and `waiting` are only ever held for a few instructions,
+/// never across a wait, so a reservation can be given back in `Drop`.
 #[derive(Default, Debug)]
 struct Slot {
     check: tokio::sync::Mutex<()>,
     inflight: Mutex<Inflight>,
+    waiting: Mutex<Vec<Waiting>>,
+}
+
+/// An ask waiting for a round, and where its answer goes.
+#[derive(Debug)]
+struct Waiting {
+    ask: QuotaAsk,
+    limits: QuotaLimits,
+    reply: oneshot::Sender<StoreResult<Inflight>>,
+}
+
+impl Slot {
+    /// Queue `ask` for the next round; its answer.
+    fn wait(
+        &self,
+        ask: &QuotaAsk,
+        limits: &QuotaLimits,
+    ) -> oneshot::Receiver<StoreResult<Inflight>> {
+        let (reply, answer) = oneshot::channel();
+        self.waiting.lock().push(Waiting {
+            ask: ask.clone(),
+            limits: *limits,
+            reply,
+        });
+        answer
+    }
+
+    /// The asks of the next round, in the order they came.
+    fn next_round(&self) -> Vec<Waiting> {
+        let mut waiting = self.waiting.lock();
+        let n = waiting.len().min(MAX_ROUND);
+        waiting.drain(..n).collect()
+    }
 }
 
 /// In-flight reservations of every tenant.
@@ -50,10 +112,7 @@ pub struct Reservation {
 
 impl Drop for Reservation {
     fn drop(&mut self) {
-        let mut f = self.slot.inflight.lock();
-        f.bytes = f.bytes.saturating_sub(self.held.bytes);
-        f.objects = f.objects.saturating_sub(self.held.objects);
-        f.uploads = f.uploads.saturating_sub(self.held.uploads);
+        self.slot.inflight.lock().take(self.held);
     }
 }
 
@@ -79,12 +138,7 @@ impl Quotas {
     /// taken over by this one (`crate::node::desk`).
     pub fn adopt(&self, tenant: &TenantId, amount: Inflight) -> Reservation {
         let slot = self.slot(tenant);
-        {
-            let mut f = slot.inflight.lock();
-            f.bytes += amount.bytes;
-            f.objects += amount.objects;
-            f.uploads += amount.uploads;
-        }
+        slot.inflight.lock().add(amount);
         Reservation { slot, held: amount }
     }
 
@@ -96,6 +150,11 @@ impl Quotas {
     /// through `store`, or refuse it ([`StoreError::QuotaExceeded`]).
     /// `None` when `limits` cannot refuse it (no byte or object quota);
     /// an [`QuotaAsk::Upload`] is always checked.
+    ///
+    /// The ask waits for a round; whichever waiting caller takes the
+    /// check lock runs the round for all of them. A round whose caller
+    /// went away before it answered leaves its asks unanswered and
+    /// uncounted; they are asked again.
     pub async fn reserve(
         &self,
         store: &dyn StoreClient,
@@ -107,27 +166,101 @@ impl Quotas {
             return Ok(None);
         }
         let slot = self.slot(tenant);
-        let _check = slot.check.lock().await;
-        let held = admit(store, tenant, limits, ask, &slot).await?;
-        Ok(Some(Reservation {
-            slot: Arc::clone(&slot),
-            held,
-        }))
+        let mut answer = slot.wait(ask, limits);
+        loop {
+            let got = tokio::select! {
+                biased;
+                got = &mut answer => got,
+                check = slot.check.lock() => {
+                    round(store, tenant, &slot).await;
+                    drop(check);
+                    continue;
+                }
+            };
+            match got {
+                Ok(held) => {
+                    return held.map(|held| {
+                        Some(Reservation {
+                            slot: Arc::clone(&slot),
+                            held,
+                        })
+                    });
+                }
+                Err(_) => answer = slot.wait(ask, limits),
+            }
+        }
     }
 }
 
-/// Check `ask` and count it in flight (the caller holds the tenant's
-/// check lock). What an ask credits is read under the lock, so it cannot
-/// change under the check.
-async fn admit(
+/// Check the asks of one round (the caller holds the tenant's check
+/// lock) and answer each. What an ask credits is read under the lock, so
+/// it cannot change under the check.
+async fn round(store: &dyn StoreClient, tenant: &TenantId, slot: &Slot) {
+    let asks = slot.next_round();
+    if asks.is_empty() {
+        return;
+    }
+    let tests =
+        futures::future::join_all(asks.iter().map(|w| test_of(store, &w.ask, &w.limits))).await;
+    let mut checks = Vec::with_capacity(asks.len());
+    for (test, w) in tests.into_iter().zip(asks) {
+        match test {
+            Ok(test) => checks.push((test, w.reply)),
+            Err(e) => drop(w.reply.send(Err(e))),
+        }
+    }
+    settle(slot, || tenant_totals(store, tenant), checks).await;
+}
+
+/// What one ask is checked for.
+#[derive(Debug, Clone, Copy)]
+enum Test {
+    /// The bytes and objects of a write or a part, against the byte and
+    /// object quotas.
+    Room(QuotaLimits, Delta),
+    /// One more open multipart upload, against `max_open_uploads`.
+    Upload(u64),
+}
+
+impl Test {
+    /// What it counts in flight once admitted.
+    fn adds(&self) -> Inflight {
+        match self {
+            Test::Room(_, w) => Inflight {
+                bytes: w.bytes,
+                objects: w.objects,
+                uploads: 0,
+            },
+            Test::Upload(_) => Inflight {
+                uploads: 1,
+                ..Inflight::default()
+            },
+        }
+    }
+
+    /// Why it does not fit next to `used` and `inflight`, if it does not.
+    fn refuses(&self, used: &TenantTotals, inflight: &Inflight) -> Option<String> {
+        match self {
+            Test::Room(limits, w) => refusal(limits, used, inflight, w),
+            Test::Upload(max) => (used.uploads + inflight.uploads >= *max).then(|| {
+                format!(
+                    "This tenant has {} multipart uploads in progress, the most it may have \
+                     (max_open_uploads = {max}); complete or abort some first.",
+                    used.uploads
+                )
+            }),
+        }
+    }
+}
+
+/// The test of `ask`, with what it credits read from `store`.
+async fn test_of(
     store: &dyn StoreClient,
-    tenant: &TenantId,
-    limits: &QuotaLimits,
     ask: &QuotaAsk,
-    slot: &Slot,
-) -> StoreResult<Inflight> {
+    limits: &QuotaLimits,
+) -> StoreResult<Test> {
     let w = match ask {
-        QuotaAsk::Upload => return upload_room(store, tenant, limits, slot).await,
+        QuotaAsk::Upload => return Ok(Test::Upload(limits.max_open_uploads)),
         QuotaAsk::Write {
             bucket,
             key,
@@ -157,59 +290,21 @@ async fn admit(
             ..Delta::default()
         },
     };
-    room(store, tenant, limits, slot, w).await
+    Ok(Test::Room(*limits, w))
 }
 
-/// Check one more open upload against `max_open_uploads` and count it
-/// in flight.
-async fn upload_room(
-    store: &dyn StoreClient,
-    tenant: &TenantId,
-    limits: &QuotaLimits,
-    slot: &Slot,
-) -> StoreResult<Inflight> {
-    let max = limits.max_open_uploads;
-    let refuses = |open: &u64, inflight: &Inflight| {
-        (open + inflight.uploads >= max).then(|| {
-            format!(
-                "This tenant has {open} multipart uploads in progress, the most it may have \
-                 (max_open_uploads = {max}); complete or abort some first."
-            )
-        })
-    };
-    let one = Inflight {
-        uploads: 1,
-        ..Inflight::default()
-    };
-    settled(slot, || open_uploads(store, tenant), refuses, one).await
-}
-
-/// Check the bytes and objects of `w` against the quotas and count them
-/// in flight.
-async fn room(
-    store: &dyn StoreClient,
-    tenant: &TenantId,
-    limits: &QuotaLimits,
-    slot: &Slot,
-    w: Delta,
-) -> StoreResult<Inflight> {
-    let refuses = |used: &TenantTotals, inflight: &Inflight| refusal(limits, used, inflight, &w);
-    let adds = Inflight {
-        bytes: w.bytes,
-        objects: w.objects,
-        uploads: 0,
-    };
-    settled(slot, || tenant_totals(store, tenant), refuses, adds).await
-}
-
-/// Reads of a tenant's usage one check makes at most while holds are
-/// given back during them ([`settled`]).
+/// Reads of a tenant's usage one round makes at most while holds are
+/// given back during them ([`settle`]).
 const SETTLE_READS: usize = 3;
 
-/// Read the tenant's committed usage with `read`, check it with
-/// `refuses` next to what is in flight, and count `adds` in flight if it
-/// fits (the caller holds the tenant's check lock, so no hold is added
-/// meanwhile; holds are only given back).
+/// An ask under check and where its answer goes.
+type Check = (Test, oneshot::Sender<StoreResult<Inflight>>);
+
+/// Read the tenant's committed usage with `read`, check each of `checks`
+/// in turn next to what is in flight (with the ones admitted before it
+/// in this round), and count each that fits in flight (the caller holds
+/// the tenant's check lock, so no hold is added meanwhile; holds are
+/// only given back).
 ///
 /// Every write is counted at least once. A hold is given back only after
 /// its write committed or failed, so a write whose hold is given back
@@ -218,33 +313,50 @@ const SETTLE_READS: usize = 3;
 /// missed (missed, two writes racing for the last bytes could both be
 /// admitted: the quota passed by a whole object). Counted twice instead,
 /// a check could refuse what fits; so a refusal that holds only because
-/// of such a write is not final: usage is read again (its write then
-/// committed before the read began), up to [`SETTLE_READS`] reads.
-async fn settled<T, R>(
-    slot: &Slot,
-    read: impl Fn() -> R,
-    refuses: impl Fn(&T, &Inflight) -> Option<String>,
-    adds: Inflight,
-) -> StoreResult<Inflight>
+/// of such a write is not final: usage is read again for the asks so
+/// refused (their writes then committed before the read began), up to
+/// [`SETTLE_READS`] reads.
+///
+/// An ask is counted in flight in the same step as its answer is sent;
+/// one whose caller went away meanwhile is not counted.
+async fn settle<R>(slot: &Slot, read: impl Fn() -> R, mut checks: Vec<Check>)
 where
-    R: std::future::Future<Output = StoreResult<T>>,
+    R: std::future::Future<Output = StoreResult<TenantTotals>>,
 {
     let mut reads = 0;
-    loop {
+    while !checks.is_empty() {
         reads += 1;
         let before = *slot.inflight.lock();
-        let used = read().await?;
-        let mut inflight = slot.inflight.lock();
-        let Some(why) = refuses(&used, &before) else {
-            inflight.bytes += adds.bytes;
-            inflight.objects += adds.objects;
-            inflight.uploads += adds.uploads;
-            return Ok(adds);
+        let used = match read().await {
+            Ok(used) => used,
+            Err(e) => {
+                for (_, reply) in checks {
+                    drop(reply.send(Err(e.duplicate())));
+                }
+                return;
+            }
         };
+        let mut inflight = slot.inflight.lock();
         let given_back = before != *inflight;
-        if !given_back || reads >= SETTLE_READS || refuses(&used, &inflight).is_some() {
-            return Err(StoreError::QuotaExceeded(why));
+        let mut counted = before;
+        let mut again = Vec::new();
+        for (test, reply) in checks {
+            let Some(why) = test.refuses(&used, &counted) else {
+                let adds = test.adds();
+                counted.add(adds);
+                inflight.add(adds);
+                if reply.send(Ok(adds)).is_err() {
+                    inflight.take(adds);
+                }
+                continue;
+            };
+            if given_back && reads < SETTLE_READS && test.refuses(&used, &inflight).is_none() {
+                again.push((test, reply));
+            } else {
+                drop(reply.send(Err(StoreError::QuotaExceeded(why))));
+            }
         }
+        checks = again;
     }
 }
 
@@ -301,6 +413,22 @@ mod tests {
 
     const MIB: u64 = 1 << 20;
 
+    /// The check of a write of `bytes` (one object) under a byte quota of
+    /// `quota`, and its answer.
+    fn write_of(bytes: u64, quota: u64) -> (Check, oneshot::Receiver<StoreResult<Inflight>>) {
+        let limits = QuotaLimits {
+            quota_bytes: Some(quota),
+            ..QuotaLimits::default()
+        };
+        let w = Delta {
+            bytes,
+            objects: 1,
+            ..Delta::default()
+        };
+        let (reply, answer) = oneshot::channel();
+        ((Test::Room(limits, w), reply), answer)
+    }
+
     /// A 1 MiB write asked under a byte quota of `quota`, while another
     /// 1 MiB write is in flight and is given back during the first read
     /// of usage, which answers `reads[0]` bytes stored, then `reads[1]`;
@@ -330,18 +458,9 @@ mod tests {
             };
             async move { Ok(used) }
         };
-        let limits = QuotaLimits {
-            quota_bytes: Some(quota),
-            ..QuotaLimits::default()
-        };
-        let w = Delta {
-            bytes: MIB,
-            objects: 1,
-            ..Delta::default()
-        };
-        let refuses =
-            |used: &TenantTotals, inflight: &Inflight| refusal(&limits, used, inflight, &w);
-        let r = settled(&slot, read, refuses, one).await;
+        let (check, answer) = write_of(MIB, quota);
+        settle(&slot, read, vec![check]).await;
+        let r = answer.await.expect("answered");
         (r, made.load(Ordering::Relaxed))
     }
 
@@ -362,5 +481,59 @@ mod tests {
         // back meanwhile: a 1 MiB write fits under 9 MiB.
         let (r, _) = ask_while_one_is_given_back([8 * MIB, 8 * MIB], 9 * MIB).await;
         assert_eq!(r.expect("admitted").bytes, MIB);
+    }
+
+    #[tokio::test]
+    async fn the_asks_of_a_round_share_one_read_and_take_the_room_in_turn() {
+        // 1 MiB stored under 4 MiB: of four 1 MiB writes checked in one
+        // round, the first three fit and the fourth does not.
+        let slot = Slot::default();
+        let reads = AtomicUsize::new(0);
+        let read = || {
+            reads.fetch_add(1, Ordering::Relaxed);
+            async {
+                Ok(TenantTotals {
+                    bytes: MIB,
+                    ..TenantTotals::default()
+                })
+            }
+        };
+        let (checks, answers): (Vec<_>, Vec<_>) = (0..4).map(|_| write_of(MIB, 4 * MIB)).unzip();
+        settle(&slot, read, checks).await;
+        let mut got = Vec::new();
+        for a in answers {
+            got.push(a.await.expect("answered").is_ok());
+        }
+        assert_eq!(got, [true, true, true, false]);
+        assert_eq!(reads.load(Ordering::Relaxed), 1);
+        assert_eq!(slot.inflight.lock().bytes, 3 * MIB);
+    }
+
+    #[tokio::test]
+    async fn an_ask_whose_caller_went_away_is_not_counted() {
+        let slot = Slot::default();
+        let read = || async { Ok(TenantTotals::default()) };
+        let (gone, answer) = write_of(MIB, 8 * MIB);
+        drop(answer);
+        let (kept, answer) = write_of(2 * MIB, 8 * MIB);
+        settle(&slot, read, vec![gone, kept]).await;
+        assert_eq!(
+            answer.await.expect("answered").expect("fits").bytes,
+            2 * MIB
+        );
+        assert_eq!(slot.inflight.lock().bytes, 2 * MIB);
+    }
+
+    #[tokio::test]
+    async fn a_failed_read_answers_every_ask_of_its_round() {
+        let slot = Slot::default();
+        let read = || async { Err(StoreError::Unavailable("no quorum".into())) };
+        let (checks, answers): (Vec<_>, Vec<_>) = (0..3).map(|_| write_of(1, MIB)).unzip();
+        settle(&slot, read, checks).await;
+        for a in answers {
+            let r = a.await.expect("answered");
+            assert!(matches!(r, Err(StoreError::Unavailable(_))), "{r:?}");
+        }
+        assert_eq!(*slot.inflight.lock(), Inflight::default());
     }
 }

@@ -5,10 +5,12 @@
 //! (the one a [`LocalStore`](crate::LocalStore) owns, or the one of a
 //! cluster's catalog node), so a tenant's stored bytes and objects never
 //! exceed its quota, however many gateways send it writes. Before a write
-//! streams a single byte, [`Quotas::reserve`] takes the tenant's check
-//! lock (its own: other tenants never wait on it), reads its exact
-//! committed usage through a [`StoreClient`] (per-bucket counters committed
-//! in the same batch as the objects, summed over the tenant's buckets),
+//! streams a single byte, [`Quotas::reserve`] queues its ask for the
+//! tenant's next check round, which runs under the tenant's check lock
+//! (its own: other tenants never wait on it) and checks every ask then
+//! waiting, in turn, against one read of the tenant's exact committed
+//! usage through a [`StoreClient`] (per-bucket counters committed in the
+//! same batch as the objects, summed over the tenant's buckets),
 //! adds the bytes and objects of every write of this tenant still in
 //! flight (as they were when the read began: a write whose reservation
 //! is given back during the read committed before, and the read may not

@@ -41,8 +41,3 @@ pub async fn tenant_totals(
         uploads: count(p.uploads),
     })
 }
-
-/// The tenant's multipart uploads in progress, exact (committed).
-pub async fn open_uploads(store: &dyn StoreClient, tenant: &TenantId) -> StoreResult<u64> {
-    Ok(tenant_totals(store, tenant).await?.uploads)
-}

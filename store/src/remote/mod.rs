@@ -808,14 +808,26 @@ impl StoreClient for RemoteStore {
             if !ask.needs_reservation(&limits) {
                 return Ok(None);
             }
-            let id: Option<u64> = self
-                .ask(Call::QuotaReserve {
-                    tenant: tenant.clone(),
-                    limits,
-                    ask,
-                })
-                .await?;
-            Ok(id.map(|id| self.remote_hold(id)))
+            let call = Call::QuotaReserve {
+                tenant: tenant.clone(),
+                limits,
+                ask,
+            };
+            let once = self.id_for(&call);
+            match self.send_as::<Option<u64>>(call, once).await {
+                Ok(id) => Ok(id.map(|id| self.remote_hold(id))),
+                Err(e) => {
+                    // An attempt whose answer was lost may have made the
+                    // hold, named after the call's id: give it back (a
+                    // desk that never made it ignores this). A refusal
+                    // is final: no attempt made one.
+                    if let Some(once) = once.filter(|_| !matches!(e, StoreError::QuotaExceeded(_)))
+                    {
+                        self.give_back_quota(crate::node::desk::hold_id(&once));
+                    }
+                    Err(e)
+                }
+            }
         })
     }
 }

@@ -275,6 +275,32 @@ impl RemoteStore {
         self.send_routed_once(target, call, deadline, once).await
     }
 
+    /// The id `call` carries to its group, drawn now (`None` when it
+    /// carries none: [`once_id`]), for a caller that needs to know it.
+    pub(super) fn id_for(&self, call: &Call) -> Option<crate::repeat::CallId> {
+        let map = self.map();
+        let replicas = target_of(&map, call).map_or(1, |t| t.replicas(&map).len());
+        once_id(call, replicas, None)
+    }
+
+    /// [`RemoteStore::send`] of a call without data, with the id `once`
+    /// ([`RemoteStore::id_for`]).
+    pub(super) async fn send_as<T: DeserializeOwned>(
+        &self,
+        call: Call,
+        once: Option<crate::repeat::CallId>,
+    ) -> StoreResult<T> {
+        let deadline = Instant::now() + self.inner.opts.deadline;
+        let target = target_of(&self.map(), &call).ok_or_else(|| {
+            StoreError::InvalidArgument(format!("{} names its node", call.name()))
+        })?;
+        let (reply, _) = self
+            .send_routed_once(target, call, deadline, once)
+            .await
+            .map_err(|f| f.error)?;
+        Ok(reply)
+    }
+
     /// [`RemoteStore::send_routed`] with the call's id `once`, which all
     /// its attempts carry (a part of a call that covered several
     /// partitions keeps the whole call's id).
