@@ -64,21 +64,22 @@ struct Slot {
     waiting: Mutex<Vec<Waiting>>,
 }
 
+/// What a round answers an ask: its reservation, which gives its amount
+/// back when dropped, so an answer its caller never took (it went away
+/// meanwhile) counts nothing.
+type Answer = StoreResult<Reservation>;
+
 /// An ask waiting for a round, and where its answer goes.
 #[derive(Debug)]
 struct Waiting {
     ask: QuotaAsk,
     limits: QuotaLimits,
-    reply: oneshot::Sender<StoreResult<Inflight>>,
+    reply: oneshot::Sender<Answer>,
 }
 
 impl Slot {
     /// Queue `ask` for the next round; its answer.
-    fn wait(
-        &self,
-        ask: &QuotaAsk,
-        limits: &QuotaLimits,
-    ) -> oneshot::Receiver<StoreResult<Inflight>> {
+    fn wait(&self, ask: &QuotaAsk, limits: &QuotaLimits) -> oneshot::Receiver<Answer> {
         let (reply, answer) = oneshot::channel();
         self.waiting.lock().push(Waiting {
             ask: ask.clone(),
@@ -178,14 +179,7 @@ impl Quotas {
                 }
             };
             match got {
-                Ok(held) => {
-                    return held.map(|held| {
-                        Some(Reservation {
-                            slot: Arc::clone(&slot),
-                            held,
-                        })
-                    });
-                }
+                Ok(held) => return held.map(Some),
                 Err(_) => answer = slot.wait(ask, limits),
             }
         }
@@ -195,7 +189,7 @@ impl Quotas {
 /// Check the asks of one round (the caller holds the tenant's check
 /// lock) and answer each. What an ask credits is read under the lock, so
 /// it cannot change under the check.
-async fn round(store: &dyn StoreClient, tenant: &TenantId, slot: &Slot) {
+async fn round(store: &dyn StoreClient, tenant: &TenantId, slot: &Arc<Slot>) {
     let asks = slot.next_round();
     if asks.is_empty() {
         return;
@@ -298,7 +292,7 @@ async fn test_of(
 const SETTLE_READS: usize = 3;
 
 /// An ask under check and where its answer goes.
-type Check = (Test, oneshot::Sender<StoreResult<Inflight>>);
+type Check = (Test, oneshot::Sender<Answer>);
 
 /// Read the tenant's committed usage with `read`, check each of `checks`
 /// in turn next to what is in flight (with the ones admitted before it
@@ -317,9 +311,10 @@ type Check = (Test, oneshot::Sender<StoreResult<Inflight>>);
 /// refused (their writes then committed before the read began), up to
 /// [`SETTLE_READS`] reads.
 ///
-/// An ask is counted in flight in the same step as its answer is sent;
-/// one whose caller went away meanwhile is not counted.
-async fn settle<R>(slot: &Slot, read: impl Fn() -> R, mut checks: Vec<Check>)
+/// An admitted ask is answered with its [`Reservation`], made in the
+/// same step as it is counted in flight: one whose caller went away, or
+/// goes away before it takes the answer, gives it back.
+async fn settle<R>(slot: &Arc<Slot>, read: impl Fn() -> R, mut checks: Vec<Check>)
 where
     R: std::future::Future<Output = StoreResult<TenantTotals>>,
 {
@@ -339,15 +334,18 @@ where
         let mut inflight = slot.inflight.lock();
         let given_back = before != *inflight;
         let mut counted = before;
-        let mut again = Vec::new();
+        let (mut again, mut unsent) = (Vec::new(), Vec::new());
         for (test, reply) in checks {
             let Some(why) = test.refuses(&used, &counted) else {
-                let adds = test.adds();
-                counted.add(adds);
-                inflight.add(adds);
-                if reply.send(Ok(adds)).is_err() {
-                    inflight.take(adds);
-                }
+                let held = test.adds();
+                counted.add(held);
+                inflight.add(held);
+                let r = Reservation {
+                    slot: Arc::clone(slot),
+                    held,
+                };
+                // Not dropped here: it gives back under this lock.
+                unsent.extend(reply.send(Ok(r)).err());
                 continue;
             };
             if given_back && reads < SETTLE_READS && test.refuses(&used, &inflight).is_none() {
@@ -356,6 +354,8 @@ where
                 drop(reply.send(Err(StoreError::QuotaExceeded(why))));
             }
         }
+        drop(inflight);
+        drop(unsent);
         checks = again;
     }
 }
@@ -415,7 +415,7 @@ mod tests {
 
     /// The check of a write of `bytes` (one object) under a byte quota of
     /// `quota`, and its answer.
-    fn write_of(bytes: u64, quota: u64) -> (Check, oneshot::Receiver<StoreResult<Inflight>>) {
+    fn write_of(bytes: u64, quota: u64) -> (Check, oneshot::Receiver<Answer>) {
         let limits = QuotaLimits {
             quota_bytes: Some(quota),
             ..QuotaLimits::default()
@@ -460,7 +460,7 @@ mod tests {
         };
         let (check, answer) = write_of(MIB, quota);
         settle(&slot, read, vec![check]).await;
-        let r = answer.await.expect("answered");
+        let r = answer.await.expect("answered").map(|r| r.amount());
         (r, made.load(Ordering::Relaxed))
     }
 
@@ -487,7 +487,7 @@ mod tests {
     async fn the_asks_of_a_round_share_one_read_and_take_the_room_in_turn() {
         // 1 MiB stored under 4 MiB: of four 1 MiB writes checked in one
         // round, the first three fit and the fourth does not.
-        let slot = Slot::default();
+        let slot = Arc::new(Slot::default());
         let reads = AtomicUsize::new(0);
         let read = || {
             reads.fetch_add(1, Ordering::Relaxed);
@@ -502,31 +502,35 @@ mod tests {
         settle(&slot, read, checks).await;
         let mut got = Vec::new();
         for a in answers {
-            got.push(a.await.expect("answered").is_ok());
+            got.push(a.await.expect("answered"));
         }
-        assert_eq!(got, [true, true, true, false]);
+        let admitted: Vec<bool> = got.iter().map(Result::is_ok).collect();
+        assert_eq!(admitted, [true, true, true, false]);
         assert_eq!(reads.load(Ordering::Relaxed), 1);
         assert_eq!(slot.inflight.lock().bytes, 3 * MIB);
+        drop(got);
+        assert_eq!(*slot.inflight.lock(), Inflight::default(), "each gave back");
     }
 
     #[tokio::test]
     async fn an_ask_whose_caller_went_away_is_not_counted() {
-        let slot = Slot::default();
+        let slot = Arc::new(Slot::default());
         let read = || async { Ok(TenantTotals::default()) };
         let (gone, answer) = write_of(MIB, 8 * MIB);
         drop(answer);
         let (kept, answer) = write_of(2 * MIB, 8 * MIB);
-        settle(&slot, read, vec![gone, kept]).await;
-        assert_eq!(
-            answer.await.expect("answered").expect("fits").bytes,
-            2 * MIB
-        );
+        let (untaken, untaken_answer) = write_of(4 * MIB, 8 * MIB);
+        settle(&slot, read, vec![gone, kept, untaken]).await;
+        let kept = answer.await.expect("answered").expect("fits");
+        assert_eq!(kept.amount().bytes, 2 * MIB);
+        // Answered, but its caller goes away before it takes the answer.
+        drop(untaken_answer);
         assert_eq!(slot.inflight.lock().bytes, 2 * MIB);
     }
 
     #[tokio::test]
     async fn a_failed_read_answers_every_ask_of_its_round() {
-        let slot = Slot::default();
+        let slot = Arc::new(Slot::default());
         let read = || async { Err(StoreError::Unavailable("no quorum".into())) };
         let (checks, answers): (Vec<_>, Vec<_>) = (0..3).map(|_| write_of(1, MIB)).unzip();
         settle(&slot, read, checks).await;
