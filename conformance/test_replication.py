@@ -964,20 +964,21 @@ def catalog_log_grew(cluster, base: int) -> bool:
 
 
 def catalog_leader_apart(nemesis, cluster) -> str:
-    """The catalog's leader, once it is not also the leader of every
-    partition (earlier faults can leave one node leading all groups; it
-    is then stopped past an election timeout, so the others take them)."""
-    groups = cluster_status(cluster)["groups"]
-    leader = next(g["leader"] for g in groups if g["group"] == "catalog")
-    if all(g["leader"] == leader for g in groups):
-        pid = nemesis.stop(leader)
-        time.sleep(STOP_SECONDS)
-        nemesis.cont(pid)
+    """The catalog's leader, once some partition is led by another node
+    (earlier faults can leave one node leading every group; it is then
+    stopped past an election timeout, so the others take them over, and
+    looked at again, up to three times)."""
+    for _ in range(3):
         poll(lambda: fully_replicated(cluster), catch_up_deadline(cluster), interval=1.0,
              what="every group healthy")
         groups = cluster_status(cluster)["groups"]
         leader = next(g["leader"] for g in groups if g["group"] == "catalog")
-    return leader
+        if leader and any(g["leader"] and g["leader"] != leader for g in groups if g["group"] != "catalog"):
+            return leader
+        pid = nemesis.stop(leader)
+        time.sleep(STOP_SECONDS)
+        nemesis.cont(pid)
+    pytest.fail("the catalog's leader led every partition after three stops")
 
 
 # Writes of each candidate key when looking for its partition.
@@ -1071,6 +1072,67 @@ def test_quota_holds_in_flight_survive_a_catalog_leader_killed(nemesis, cluster)
     assert stored.get(slow_key) == 6 * mib and stored.get("fits") == 2 * mib, stored
     assert "cut" not in stored, stored
     for k in stored:
+        s3.delete_object(Bucket=bucket, Key=k)
+    s3.delete_bucket(Bucket=bucket)
+
+
+def test_quota_writes_in_flight_when_the_catalog_leader_stops_leave_no_hold(nemesis, cluster):
+    """Eight clients PUT 1 MiB objects as a tenant with a 48 MiB quota,
+    and the catalog's leader is stopped (SIGSTOP) past an election
+    timeout once eight have landed, then continued. A reservation cut
+    off by the stop is asked again at the next leader under its call's
+    id (one whose row committed there is answered with it, not held
+    twice), and a gateway whose reservation failed gives its id back;
+    the stopped node, continued, ends the writes it was running and
+    gives their holds back. So once all 32 are stored nothing is held:
+    the 16 MiB left fit exactly, and one byte more does not (a hold left
+    behind would be counted for an hour). A node killed with writes in
+    flight is another matter (docs/replication.md, "Not built yet")."""
+    poll(lambda: fully_replicated(cluster), READ_DEADLINE_S, interval=1.0, what="every group healthy")
+    mib = 1024 * 1024
+    quota, count = 48 * mib, 32
+    name = f"quota-inflight-{os.getpid()}"
+    key = cluster.api(0, "POST", "/v1/tenants", {"name": name, "quota_bytes": quota})["key"]
+
+    def client():
+        return s3_client(cluster.endpoint(0), key["access_key"], key["secret_key"], attempts=3, read_timeout=8)
+    s3 = client()
+    poll(lambda: error_code(s3.list_buckets) == "OK", 10, what="the new key works")
+    bucket = unique_bucket_name("quota-inflight")
+    s3.create_bucket(Bucket=bucket)
+    leader = catalog_leader_apart(nemesis, cluster)
+    todo = iter(range(count))
+    lock = threading.Lock()
+    codes: list[str] = []
+
+    def put_some() -> None:
+        c = client()
+        while True:
+            with lock:
+                i = next(todo, None)
+            if i is None:
+                return
+            code = settled(lambda: c.put_object(Bucket=bucket, Key=f"o{i:02d}", Body=b"x" * mib))
+            with lock:
+                codes.append(code)
+    threads = [threading.Thread(target=put_some, daemon=True) for _ in range(8)]
+    for t in threads:
+        t.start()
+    poll(lambda: len(codes) >= 8, WRITE_DEADLINE_S, interval=0.05, what="eight PUTs landed")
+    pid = nemesis.stop(leader)
+    time.sleep(STOP_SECONDS)
+    nemesis.cont(pid)
+    for t in threads:
+        t.join(timeout=4 * WRITE_DEADLINE_S)
+    assert len(codes) == count and set(codes) == {"OK"}, codes
+    poll(lambda: fully_replicated(cluster), catch_up_deadline(cluster), interval=1.0, what="every group healthy")
+    stored = list_all(s3, bucket)
+    assert len(stored) == count and sum(stored.values()) == count * mib, stored
+    rest = quota - count * mib
+    poll(lambda: error_code(lambda: s3.put_object(Bucket=bucket, Key="rest", Body=b"r" * rest)) == "OK",
+         WRITE_DEADLINE_S, interval=0.5, what="the rest of the quota fits: no hold is left")
+    assert settled(lambda: s3.put_object(Bucket=bucket, Key="over", Body=b"o")) == "QuotaExceeded"
+    for k in list_all(s3, bucket):
         s3.delete_object(Bucket=bucket, Key=k)
     s3.delete_bucket(Bucket=bucket)
 

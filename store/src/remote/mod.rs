@@ -832,6 +832,12 @@ impl StoreClient for RemoteStore {
     }
 }
 
+/// Calls a quota release makes at most ([`RemoteStore::give_back_quota`]).
+const RELEASE_ATTEMPTS: u32 = 3;
+
+/// The pause between two of them.
+const RELEASE_PAUSE: Duration = Duration::from_secs(1);
+
 impl RemoteStore {
     /// A hold whose drop gives reservation `id` back to the catalog node,
     /// in the background on the runtime it was made on (a store node
@@ -856,12 +862,20 @@ impl RemoteStore {
         }
     }
 
-    /// Ask the catalog node to release hold `id` (a failure is logged: the
-    /// hold then lapses there).
+    /// Ask the catalog node to release hold `id`, up to
+    /// [`RELEASE_ATTEMPTS`] calls (each follows leader changes within its
+    /// deadline; a catalog whose election outlasts one is asked again). A
+    /// last failure is logged: the hold then lapses there.
     async fn release_quota(self, id: u64) {
-        let r: StoreResult<()> = self.ask(Call::QuotaRelease { id }).await;
-        if let Err(e) = r {
-            tracing::warn!(hold = id, error = %e, "quota release failed; it lapses at the catalog node");
+        for attempt in 1..=RELEASE_ATTEMPTS {
+            let r: StoreResult<()> = self.ask(Call::QuotaRelease { id }).await;
+            match r {
+                Ok(()) => return,
+                Err(e) if attempt == RELEASE_ATTEMPTS => {
+                    tracing::warn!(hold = id, error = %e, "quota release failed; it lapses at the catalog node");
+                }
+                Err(_) => tokio::time::sleep(RELEASE_PAUSE).await,
+            }
         }
     }
 }
