@@ -37,7 +37,7 @@ impl Server {
             .env_remove("LANEWAY_LISTEN")
             .env_remove("LANEWAY_DATA_DIR")
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(stderr_file(data_dir))
             .spawn()
             .expect("spawn laneway");
         let stdout = child.stdout.take().expect("stdout");
@@ -68,6 +68,8 @@ impl Server {
             .to_string()
     }
 
+    /// SIGTERM, and the exit status once it stopped (panics if it did
+    /// not stop within a minute).
     fn terminate(mut self) -> ExitStatus {
         let pid = self.child.id().to_string();
         let sent = Command::new("kill")
@@ -159,16 +161,42 @@ async fn exercise(client: &S3Client) {
     assert_eq!(err.code(), Some("NoSuchKey"));
 }
 
+/// Where a server over `data_dir` writes its stderr (beside the data
+/// directory, in the test's temporary directory, appended to by each
+/// start), so a failure can show it.
+fn stderr_file(data_dir: &Path) -> std::fs::File {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(stderr_path(data_dir))
+        .expect("stderr file")
+}
+
+fn stderr_path(data_dir: &Path) -> std::path::PathBuf {
+    data_dir
+        .parent()
+        .unwrap_or(data_dir)
+        .join("server.stderr.log")
+}
+
+/// The last lines the servers over `data_dir` wrote to stderr.
+fn stderr_tail(data_dir: &Path) -> String {
+    let text = std::fs::read_to_string(stderr_path(data_dir)).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(20)..].join("\n")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn first_start_serves_s3_and_restarts_cleanly() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let server = Server::start(dir.path());
+    let data = dir.path().join("data");
+    let server = Server::start(&data);
     let access = server.export("AWS_ACCESS_KEY_ID");
     let secret = server.export("AWS_SECRET_ACCESS_KEY");
     assert!(access.starts_with("LW") && access.len() == 20, "{access}");
     assert_eq!(secret.len(), 40);
     assert_eq!(server.export("AWS_ENDPOINT_URL"), server.endpoint);
-    let mode = std::fs::metadata(dir.path().join("tenancy/tenants.json"))
+    let mode = std::fs::metadata(data.join("tenancy/tenants.json"))
         .expect("tenants.json")
         .permissions()
         .mode();
@@ -185,9 +213,13 @@ async fn first_start_serves_s3_and_restarts_cleanly() {
     assert_eq!(err.code(), Some("SignatureDoesNotMatch"));
 
     let status = server.terminate();
-    assert!(status.success(), "exit status {status:?}");
+    assert!(
+        status.success(),
+        "exit status {status:?}; its stderr ends: {}",
+        stderr_tail(&data)
+    );
 
-    let again = Server::start(dir.path());
+    let again = Server::start(&data);
     assert!(
         again.banner.iter().any(|l| l.contains(&access)),
         "{:?}",
@@ -203,5 +235,10 @@ async fn first_start_serves_s3_and_restarts_cleanly() {
         .await
         .expect("get after restart");
     assert_eq!(got.body, Bytes::from("object 0"));
-    assert!(again.terminate().success());
+    let status = again.terminate();
+    assert!(
+        status.success(),
+        "exit status {status:?} after a restart; its stderr ends: {}",
+        stderr_tail(&data)
+    );
 }

@@ -31,6 +31,14 @@
 //! unreplicated catalog keeps its holds in memory only, as its node's
 //! restart is the cluster's catalog outage anyway.
 //!
+//! A reservation sent to a replicated catalog is named by its call's id
+//! ([`hold_id`]), so its sender may send it again when an attempt's
+//! outcome is unknown: a desk that holds the id answers with it (the
+//! same desk, or the next leader, which took the row over), a repeat
+//! that arrives while the first attempt is still being made is refused
+//! 503 (and asked again), and a release that arrives meanwhile gives
+//! the hold back as soon as it is made.
+//!
 //! A row whose commit timed out may still commit after its reservation
 //! was refused; so may a delete that failed. Nothing then holds such a
 //! row: every [`LAPSE_EVERY`] the leader deletes the rows its table does
