@@ -833,16 +833,9 @@ impl DeskFixture {
         ))
     }
 
-    /// A reservation of `bytes` (under the call id `named`, if any),
-    /// retried through an election's NotLeader and Unavailable answers.
-    fn reserve(
-        &self,
-        nodes: &Nodes,
-        desk: &Arc<QuotaDesk>,
-        named: Option<u64>,
-        bytes: u64,
-    ) -> Result<Option<u64>, StoreError> {
-        let write = laneway_store::quota::QuotaAsk::Write {
+    /// What a write of one object of `bytes` asks.
+    fn write(&self, bytes: u64) -> laneway_store::quota::QuotaAsk {
+        laneway_store::quota::QuotaAsk::Write {
             bucket: BucketInfo {
                 id: laneway_store::ids::BucketId(1),
                 tenant: self.tenant.clone(),
@@ -854,12 +847,24 @@ impl DeskFixture {
             key: None,
             bytes,
             objects: 1,
-        };
+        }
+    }
+
+    /// A reservation of `bytes` (under the call id `named`, if any),
+    /// retried through an election's NotLeader and Unavailable answers.
+    fn reserve(
+        &self,
+        nodes: &Nodes,
+        desk: &Arc<QuotaDesk>,
+        named: Option<u64>,
+        bytes: u64,
+    ) -> Result<Option<u64>, StoreError> {
+        let write = self.write(bytes);
         let start = Instant::now();
         loop {
             match nodes
                 .rt
-                .block_on(desk.reserve(named, &self.tenant, &self.limits, &write))
+                .block_on(desk.reserve(named, &self.tenant, &self.limits, &write, None))
             {
                 Err(StoreError::NotLeader(_) | StoreError::Unavailable(_))
                     if start.elapsed() < PATIENCE =>
@@ -989,5 +994,32 @@ fn a_reservation_asked_again_holds_once_at_its_desk_and_at_the_next_leader() {
         reserve(&nodes, &desk, Some(NAMED), 8 * MIB).expect("8 of 8 MiB"),
         Some(NAMED)
     );
+    assert_eq!(desk.held(), 1);
+}
+
+#[test]
+fn a_reservation_that_arrives_after_its_sender_stopped_waiting_holds_nothing() {
+    let nodes = Nodes::with_catalog();
+    let f = DeskFixture::new();
+    let desk = f.desk_at(&nodes, catalog_leader(&nodes));
+    // The desk has taken over (one reservation answered and given back).
+    let six = f
+        .reserve(&nodes, &desk, None, 6 * MIB)
+        .expect("6 of 8 MiB")
+        .expect("held");
+    nodes.rt.block_on(desk.release(six)).expect("released");
+    // Its sender's wait is over: the sender gives its id back, so a hold
+    // made now would be counted until it lapses.
+    const NAMED: u64 = 0x5eed_0000_0000_0078;
+    let over = Some(Instant::now());
+    let late =
+        nodes
+            .rt
+            .block_on(desk.reserve(Some(NAMED), &f.tenant, &f.limits, &f.write(6 * MIB), over));
+    assert!(matches!(late, Err(StoreError::Unavailable(_))), "{late:?}");
+    assert_eq!(desk.held(), 0);
+    // So the whole quota is still there.
+    let all = f.reserve(&nodes, &desk, None, 8 * MIB).expect("8 of 8 MiB");
+    assert!(all.is_some());
     assert_eq!(desk.held(), 1);
 }

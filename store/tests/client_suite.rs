@@ -780,6 +780,7 @@ fn held_put(b: &BucketInfo, key: &str, size: usize, id: u64, map_version: u64) -
         backlog: 0,
         hold: Some(id),
         once: None,
+        answer_within_ms: None,
     };
     bytes::Bytes::from(encode(&env).expect("encode"))
 }
@@ -1023,6 +1024,7 @@ fn with_id(
         backlog: 0,
         hold: None,
         once: Some(once),
+        answer_within_ms: None,
     };
     bytes::Bytes::from(encode(&env).expect("encode"))
 }

@@ -70,6 +70,7 @@ pub fn run(args: PingArgs) -> ExitCode {
         backlog: 0,
         hold: None,
         once: None,
+        answer_within_ms: None,
     };
     let args_frame = match laneway_store::node::proto::encode(&envelope) {
         Ok(b) => bytes::Bytes::from(b),

@@ -90,6 +90,10 @@ pub struct QuotaDesk {
     /// Holds being made, by id: whether a release came for one meanwhile
     /// (it is then given back as soon as it is made).
     making: Mutex<HashMap<u64, bool>>,
+    /// Holds given back whose row's delete has not committed yet: a
+    /// second release of one deletes the row too, so neither answers
+    /// before a delete committed.
+    deleting: Mutex<std::collections::HashSet<u64>>,
 }
 
 /// The holds one desk knows, with the engine that counts them.
@@ -129,21 +133,30 @@ impl QuotaDesk {
             next: AtomicU64::new(first_id()),
             lapsed: Mutex::new(Instant::now()),
             making: Mutex::new(HashMap::new()),
+            deleting: Mutex::new(std::collections::HashSet::new()),
         }
     }
 
     /// Reserve for `ask` under id `named` (the call's: a repeat of a
     /// reservation this desk holds is answered with it), or under a new
-    /// id; the hold's id (`None`: nothing to hold).
+    /// id; the hold's id (`None`: nothing to hold). A hold made after
+    /// `not_after` (its sender stopped waiting, and gives its id back
+    /// then) is given back at once and refused, 503.
     pub async fn reserve(
         self: &Arc<Self>,
         named: Option<u64>,
         tenant: &TenantId,
         limits: &QuotaLimits,
         ask: &QuotaAsk,
+        not_after: Option<Instant>,
     ) -> StoreResult<Option<u64>> {
         let term = self.current().await?;
         self.lapse();
+        if not_after.is_some_and(|t| Instant::now() >= t) {
+            return Err(StoreError::Unavailable(
+                "the quota reservation came after its caller stopped waiting".into(),
+            ));
+        }
         let id = named.unwrap_or_else(|| self.next.fetch_add(1, Ordering::Relaxed));
         let making = Making::claim(self, id)?;
         let engine = {
@@ -173,13 +186,15 @@ impl QuotaDesk {
             };
             self.rows().put(id, row).await?;
         }
-        if !self.keep(id, tenant, r, term, making) {
-            // Given back while it was made (its caller gave up on it).
+        let unawaited = not_after.is_some_and(|t| Instant::now() >= t);
+        if unawaited || !self.keep(id, tenant, r, term, making) {
+            // Its caller gave up on it: gave it back while it was made,
+            // or will, since it stopped waiting.
             if term.is_some() {
                 self.rows().delete(id).await?;
             }
             return Err(StoreError::Unavailable(
-                "the quota reservation was given back while it was made".into(),
+                "the quota reservation was given up while it was made".into(),
             ));
         }
         Ok(Some(id))
@@ -220,10 +235,15 @@ impl QuotaDesk {
     }
 
     /// Give hold `id` back (unknown ids, already lapsed or given back,
-    /// are ignored; one still being made is given back once made).
+    /// are ignored; one still being made is given back once made). At a
+    /// replicated catalog the answer waits for the row's delete to
+    /// commit, also for a release of a hold another release is deleting
+    /// (before, that one answered at once, and a leader that died before
+    /// the delete committed left the row to the next, which counted the
+    /// hold until it lapsed).
     pub async fn release(&self, id: u64) -> StoreResult<()> {
         let term = self.current().await?;
-        let gone = {
+        let (gone, deleting) = {
             let mut table = self.table.lock();
             let gone = table.holds.remove(&id);
             if gone.is_none() {
@@ -233,11 +253,15 @@ impl QuotaDesk {
                     *released = true;
                 }
             }
-            gone
+            let deleting = Deleting::of(self, id, gone.is_some());
+            (gone, deleting)
         };
-        if gone.is_none() || term.is_none() {
+        if term.is_none() {
             return Ok(());
         }
+        let Some(_deleting) = deleting else {
+            return Ok(());
+        };
         drop(gone);
         self.rows().delete(id).await
     }
@@ -394,6 +418,43 @@ impl<'a> Making<'a> {
 impl Drop for Making<'_> {
     fn drop(&mut self) {
         self.desk.making.lock().remove(&self.id);
+    }
+}
+
+/// A release's delete of a hold's row, while it is under way.
+struct Deleting<'a> {
+    desk: &'a QuotaDesk,
+    id: u64,
+    /// Whether this release took the hold out of the table (and so ends
+    /// the id's entry in [`QuotaDesk::deleting`]).
+    first: bool,
+}
+
+impl<'a> Deleting<'a> {
+    /// The delete a release of `id` makes: this release's own when it
+    /// took the hold out of the table (`taken`), another's still under
+    /// way, or none (`None`: the hold is gone and its row deleted, or it
+    /// was never here). Called under the table's lock.
+    fn of(desk: &'a QuotaDesk, id: u64, taken: bool) -> Option<Deleting<'a>> {
+        let mut deleting = desk.deleting.lock();
+        if taken {
+            deleting.insert(id);
+        } else if !deleting.contains(&id) {
+            return None;
+        }
+        Some(Deleting {
+            desk,
+            id,
+            first: taken,
+        })
+    }
+}
+
+impl Drop for Deleting<'_> {
+    fn drop(&mut self) {
+        if self.first {
+            self.desk.deleting.lock().remove(&self.id);
+        }
     }
 }
 

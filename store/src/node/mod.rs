@@ -39,6 +39,7 @@ use futures::future::BoxFuture;
 use proto::{Call, Envelope, Route, decode, encode};
 use serde::Serialize;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// The RPC handler of one store node.
 #[derive(Clone)]
@@ -105,6 +106,16 @@ impl Handler for NodeService {
     }
 }
 
+/// How a call was asked, beside the call itself: its id, on a call that
+/// applies once ([`crate::repeat`]), and when its sender stops waiting,
+/// on one that must not take effect past that
+/// ([`Call::lapses_unanswered`]).
+#[derive(Clone, Copy)]
+struct Asked {
+    once: Option<crate::repeat::CallId>,
+    not_after: Option<Instant>,
+}
+
 /// A quota hold this node owns for a write call: given back to the
 /// catalog's desk when dropped, wherever the call ended (answered,
 /// refused before it ran, or dropped with its caller's stream).
@@ -134,6 +145,12 @@ impl Inner {
                 format!("method {method} carries a {} call", env.call.name()),
             ));
         }
+        // Its sender's wait, measured from its arrival: a call held up
+        // here (lanes, leadership checks) keeps counting down.
+        let not_after = env
+            .answer_within_ms
+            .filter(|_| env.call.lapses_unanswered())
+            .map(|ms| Instant::now() + Duration::from_millis(ms));
         // Owned from here: given back however this call ends.
         let hold = env
             .hold
@@ -163,8 +180,9 @@ impl Inner {
         }
         let body = self.lanes.pace(env.caller.as_ref(), body);
         let once = env.once.filter(|_| env.call.applies_once());
+        let asked = Asked { once, not_after };
         let reply = self
-            .run(env.call, body, hold, once)
+            .run(env.call, body, hold, asked)
             .await
             .map_err(|e| self.wire_error(map_version, e))?;
         let window = env
@@ -176,23 +194,22 @@ impl Inner {
             .hold_until_sent(permit, with_window(window, reply)))
     }
 
-    /// Run `call` (with its id `once`, if it applies once:
-    /// [`crate::repeat`]); one made under quota hold `hold` in a task of
-    /// its own, which gives the hold back once the call is done, however
-    /// it ends, and whether or not this answer is still awaited.
+    /// Run `call` as `asked`; one made under quota hold `hold` in a task
+    /// of its own, which gives the hold back once the call is done,
+    /// however it ends, and whether or not this answer is still awaited.
     async fn run(
         self: &Arc<Self>,
         call: Call,
         body: BodyStream,
         hold: Option<GiveBack>,
-        once: Option<crate::repeat::CallId>,
+        asked: Asked,
     ) -> StoreResult<Reply> {
         let Some(hold) = hold else {
-            return crate::repeat::scope(once, self.dispatch(call, body)).await;
+            return crate::repeat::scope(asked.once, self.dispatch(call, body, asked)).await;
         };
         let me = Arc::clone(self);
         let write = tokio::spawn(async move {
-            let done = crate::repeat::scope(once, me.dispatch(call, body)).await;
+            let done = crate::repeat::scope(asked.once, me.dispatch(call, body, asked)).await;
             drop(hold);
             done
         });
@@ -268,7 +285,7 @@ impl Inner {
     }
 
     /// Run one call on the local store.
-    async fn dispatch(&self, call: Call, body: BodyStream) -> StoreResult<Reply> {
+    async fn dispatch(&self, call: Call, body: BodyStream, asked: Asked) -> StoreResult<Reply> {
         let s = &self.store;
         match call {
             Call::Ping => reply(&()),
@@ -329,8 +346,11 @@ impl Inner {
                 limits,
                 ask,
             } => {
-                let named = crate::repeat::current().map(|id| desk::hold_id(&id));
-                reply(&self.desk.reserve(named, &tenant, &limits, &ask).await?)
+                let named = asked.once.map(|id| desk::hold_id(&id));
+                let held = self
+                    .desk
+                    .reserve(named, &tenant, &limits, &ask, asked.not_after);
+                reply(&held.await?)
             }
             Call::QuotaRelease { id } => reply(&self.desk.release(id).await?),
             object => self.object_call(object, body).await,

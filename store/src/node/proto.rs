@@ -62,6 +62,11 @@ pub struct Envelope {
     /// once however often they are sent ([`Call::applies_once`],
     /// [`crate::repeat`]) to a replicated group.
     pub once: Option<crate::repeat::CallId>,
+    /// How long (ms, from when the call was sent) its sender waits for
+    /// the answer, on calls that must not take effect once nobody waits
+    /// for it ([`Call::lapses_unanswered`]): past it, a reservation makes
+    /// no hold, since its sender will have given the id back.
+    pub answer_within_ms: Option<u64>,
 }
 
 /// Every operation a store node answers (the reply type in brackets).
@@ -508,16 +513,31 @@ impl Call {
         }
     }
 
+    /// Whether the call must not take effect at the node once its sender
+    /// stopped waiting for the answer (a quota reservation: its sender
+    /// then gives the hold's id back, and a hold made after that would
+    /// be counted until it lapses). Such calls carry how long the sender
+    /// waits ([`Envelope::answer_within_ms`]).
+    pub fn lapses_unanswered(&self) -> bool {
+        matches!(self, Call::QuotaReserve { .. })
+    }
+
     /// Whether the call is a write a quota hold is reserved for (it
     /// carries the hold to the node, which gives it back once done).
     pub fn takes_quota(&self) -> bool {
-        matches!(
-            self,
-            Call::PutObject { .. }
-                | Call::UploadPart { .. }
-                | Call::CompleteMultipartUpload { .. }
-                | Call::CreateMultipartUpload { .. }
-        )
+        self.quota_object().is_some()
+    }
+
+    /// The bucket and key of a write a quota hold is reserved for; `None`
+    /// for any other call (the one list of such writes).
+    pub fn quota_object(&self) -> Option<(&BucketInfo, &str)> {
+        match self {
+            Call::PutObject { bucket, key, .. }
+            | Call::UploadPart { bucket, key, .. }
+            | Call::CompleteMultipartUpload { bucket, key, .. }
+            | Call::CreateMultipartUpload { bucket, key, .. } => Some((bucket, key)),
+            _ => None,
+        }
     }
 
     /// Whether the node's work on the call is mostly waiting on other

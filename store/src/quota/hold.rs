@@ -15,11 +15,17 @@
 //! gives it back only when it knows the node is done: an answer came,
 //! or the call never left. Otherwise the node's release is the one that
 //! counts (and if the call was lost on the way in, the desk lets the
-//! hold lapse: erring on the side of refusing). In process the same holds
+//! hold lapse: erring on the side of refusing). A hold left to a node
+//! whose call carried a [`Watch`] comes back early all the same once the
+//! watch finds the call settled (the store node died with the write in
+//! flight and another replica now leads: `crate::remote`), since a dead
+//! node gives nothing back and the hold would otherwise stay counted
+//! until it lapses. In process the same holds
 //! for a caller dropped while its write commits (its S3 client hung up):
 //! the in-process store's write takes the hold and gives it back itself.
 
 use super::Reservation;
+use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use std::fmt;
 use std::future::Future;
@@ -28,6 +34,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 /// What gives a hold back.
 type Release = Box<dyn FnOnce() + Send + Sync>;
+
+/// How a call that carried a hold and got no answer is found settled:
+/// run once the write is done, it resolves `true` once the call's write
+/// has committed or never will (the hold may then be given back), or
+/// `false` when it gives up (the hold stays with the node, or lapses).
+/// Made by the client that sends the call (`crate::remote`).
+pub(crate) type Watch = Box<dyn FnOnce() -> BoxFuture<'static, bool> + Send>;
 
 /// A write's share of its tenant's quota, given back when dropped (after
 /// the write commits or fails). In process it carries the engine's
@@ -75,6 +88,7 @@ impl QuotaHold {
         let handover = Arc::new(Handover {
             id: self.id,
             at_node: AtomicBool::new(false),
+            watches: Mutex::new(Some(Vec::new())),
             kept: Mutex::new(Some(self)),
         });
         let covered = Covered(Arc::clone(&handover));
@@ -86,7 +100,8 @@ impl QuotaHold {
 
 /// A hold while its write runs: given back on drop (if the write did not
 /// take it) unless a store node may still be running a call that carried
-/// it.
+/// it; then given back once every such call's watch finds it settled, or
+/// left to the node if one had no watch.
 struct Covered(Arc<Handover>);
 
 impl Drop for Covered {
@@ -94,9 +109,27 @@ impl Drop for Covered {
         let Some(mut hold) = self.0.kept.lock().take() else {
             return;
         };
-        if self.0.at_node.load(Ordering::Acquire) {
-            hold.release = None;
+        if !self.0.at_node.load(Ordering::Acquire) {
+            return;
         }
+        let watches = self.0.watches.lock().take().unwrap_or_default();
+        let runtime = tokio::runtime::Handle::try_current();
+        match (hold.release.take(), runtime) {
+            (Some(release), Ok(runtime)) if !watches.is_empty() => {
+                runtime.spawn(settle(release, watches));
+            }
+            // Left to the node (or to the hold's lapse).
+            _ => {}
+        }
+    }
+}
+
+/// Give a hold back (`release`) once every watch found its call settled;
+/// if one gives up (or the task is dropped), the hold stays with the node.
+async fn settle(release: Release, watches: Vec<Watch>) {
+    let settled = futures::future::join_all(watches.into_iter().map(|w| w())).await;
+    if settled.into_iter().all(|s| s) {
+        release();
     }
 }
 
@@ -107,12 +140,14 @@ tokio::task_local! {
 /// The hold of the write the running task makes ([`QuotaHold::cover`]):
 /// what its calls to store nodes carry, or what the in-process store's
 /// write takes.
-#[derive(Debug)]
 pub(crate) struct Handover {
     /// The desk's id of a remote hold.
     id: Option<u64>,
     /// Set once a call carrying the hold went out and no answer came.
     at_node: AtomicBool,
+    /// The watches of such calls; `None` once one of them had none (the
+    /// node alone may give the hold back then).
+    watches: Mutex<Option<Vec<Watch>>>,
     /// The hold, until the write is done or takes it.
     kept: Mutex<Option<QuotaHold>>,
 }
@@ -139,17 +174,31 @@ impl Handover {
     }
 
     /// A call carrying the hold is going out: unless
-    /// [`Sending::answered`] says otherwise, the node has it.
-    pub(crate) fn sending(self: &Arc<Self>) -> Sending {
+    /// [`Sending::answered`] says otherwise, the node has it, and `watch`
+    /// (if any) can tell when the call is settled.
+    pub(crate) fn sending(self: &Arc<Self>, watch: Option<Watch>) -> Sending {
         Sending {
             handover: Some(Arc::clone(self)),
+            watch,
         }
+    }
+
+    /// A call carrying the hold may still run at its node: keep its watch
+    /// (without one, only the node gives the hold back).
+    fn left_at_node(&self, watch: Option<Watch>) {
+        let mut watches = self.watches.lock();
+        match (watches.as_mut(), watch) {
+            (Some(all), Some(w)) => all.push(w),
+            _ => *watches = None,
+        }
+        self.at_node.store(true, Ordering::Release);
     }
 }
 
 /// One call that carries a hold, until its outcome is known.
 pub(crate) struct Sending {
     handover: Option<Arc<Handover>>,
+    watch: Option<Watch>,
 }
 
 impl Sending {
@@ -157,17 +206,18 @@ impl Sending {
     /// left (the node is not running it); otherwise the node may be.
     pub(crate) fn answered(mut self, done: bool) {
         if let (Some(h), false) = (self.handover.take(), done) {
-            h.at_node.store(true, Ordering::Release);
+            h.left_at_node(self.watch.take());
         }
     }
 }
 
 impl Drop for Sending {
-    /// Dropped before its outcome was known (the caller was cancelled):
-    /// the node may be running the call.
+    /// Dropped before its outcome was known (the caller was cancelled,
+    /// or gave up on a leader another replica replaced): the node may be
+    /// running the call.
     fn drop(&mut self) {
         if let Some(h) = self.handover.take() {
-            h.at_node.store(true, Ordering::Release);
+            h.left_at_node(self.watch.take());
         }
     }
 }
@@ -225,7 +275,7 @@ mod tests {
     /// `done` says.
     fn call(done: bool) {
         let handover = Handover::current().expect("a covered write");
-        handover.sending().answered(done);
+        handover.sending(None).answered(done);
     }
 
     #[tokio::test]
@@ -266,7 +316,7 @@ mod tests {
         let released = Arc::new(AtomicUsize::new(0));
         let (sent_tx, sent_rx) = tokio::sync::oneshot::channel::<()>();
         let write = remote(9, &released).cover(async move {
-            let _sending = Handover::current().expect("covered").sending();
+            let _sending = Handover::current().expect("covered").sending(None);
             let _ = sent_tx.send(());
             std::future::pending::<()>().await;
         });
@@ -275,6 +325,114 @@ mod tests {
         task.abort();
         let _ = task.await;
         assert_eq!(released.load(Ordering::SeqCst), 0);
+    }
+
+    /// A watch that answers `settled` once `go` is sent.
+    fn watch(settled: bool) -> (Watch, tokio::sync::oneshot::Sender<()>) {
+        let (go, wait) = tokio::sync::oneshot::channel::<()>();
+        let w: Watch = Box::new(move || {
+            Box::pin(async move {
+                let _ = wait.await;
+                settled
+            })
+        });
+        (w, go)
+    }
+
+    /// Let spawned tasks run.
+    async fn settle_down() {
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_hold_left_at_a_node_comes_back_once_every_watch_finds_its_call_settled() {
+        let released = Arc::new(AtomicUsize::new(0));
+        let (first, go_first) = watch(true);
+        let (second, go_second) = watch(true);
+        remote(11, &released)
+            .cover(async {
+                let h = Handover::current().expect("covered");
+                h.sending(Some(first)).answered(false);
+                h.sending(Some(second)).answered(false);
+            })
+            .await;
+        settle_down().await;
+        assert_eq!(released.load(Ordering::SeqCst), 0, "not settled yet");
+        go_first.send(()).expect("watching");
+        settle_down().await;
+        assert_eq!(released.load(Ordering::SeqCst), 0, "one call still out");
+        go_second.send(()).expect("watching");
+        settle_down().await;
+        assert_eq!(released.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_watch_that_gives_up_leaves_the_hold_to_the_node() {
+        let released = Arc::new(AtomicUsize::new(0));
+        let (gives_up, go) = watch(false);
+        remote(12, &released)
+            .cover(async {
+                let h = Handover::current().expect("covered");
+                h.sending(Some(gives_up)).answered(false);
+            })
+            .await;
+        go.send(()).expect("watching");
+        settle_down().await;
+        assert_eq!(released.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test]
+    async fn a_call_left_at_a_node_without_a_watch_outweighs_the_watched_ones() {
+        let released = Arc::new(AtomicUsize::new(0));
+        let (settles, go) = watch(true);
+        remote(13, &released)
+            .cover(async {
+                let h = Handover::current().expect("covered");
+                h.sending(Some(settles)).answered(false);
+                h.sending(None).answered(false);
+            })
+            .await;
+        // The watch was dropped with the hold left to the node.
+        assert!(go.send(()).is_err(), "nothing watches");
+        settle_down().await;
+        assert_eq!(released.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test]
+    async fn a_write_cancelled_during_a_watched_call_comes_back_once_settled() {
+        let released = Arc::new(AtomicUsize::new(0));
+        let (settles, go) = watch(true);
+        let (sent_tx, sent_rx) = tokio::sync::oneshot::channel::<()>();
+        let write = remote(14, &released).cover(async move {
+            let _sending = Handover::current().expect("covered").sending(Some(settles));
+            let _ = sent_tx.send(());
+            std::future::pending::<()>().await;
+        });
+        let task = tokio::spawn(write);
+        sent_rx.await.expect("the call went out");
+        task.abort();
+        let _ = task.await;
+        settle_down().await;
+        assert_eq!(released.load(Ordering::SeqCst), 0);
+        go.send(()).expect("watching");
+        settle_down().await;
+        assert_eq!(released.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn an_answered_call_drops_its_watch_unrun() {
+        let released = Arc::new(AtomicUsize::new(0));
+        let (unused, go) = watch(false);
+        remote(15, &released)
+            .cover(async {
+                let h = Handover::current().expect("covered");
+                h.sending(Some(unused)).answered(true);
+            })
+            .await;
+        assert!(go.send(()).is_err(), "the watch was dropped");
+        assert_eq!(released.load(Ordering::SeqCst), 1);
     }
 
     #[tokio::test]

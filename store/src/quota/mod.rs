@@ -61,8 +61,8 @@ pub mod rows;
 pub mod usage;
 
 pub use engine::{Inflight, Quotas, Reservation};
-pub(crate) use hold::Handover;
 pub use hold::QuotaHold;
+pub(crate) use hold::{Handover, Watch};
 pub use usage::{TenantTotals, tenant_totals};
 
 #[cfg(doc)]

@@ -177,6 +177,14 @@ impl Leaders {
             .map_or(0, |c| c.changes)
     }
 
+    /// The replica that last claimed to lead `t`, with the term of its
+    /// claim (`None`: no claim heard under this map).
+    pub(super) fn claim_of(&self, map: &PartitionMap, t: Target) -> Option<(NodeId, u64)> {
+        let mut table = self.table.lock();
+        let claim = table.claims_of(map).get(t.slot(map))?;
+        Some((claim.leader.clone()?, claim.term))
+    }
+
     /// Whether, after `since` changes, a replica other than `node` claimed
     /// to lead `t`.
     fn claimed_other(&self, map: &PartitionMap, t: Target, node: &NodeId, since: u64) -> bool {
@@ -313,6 +321,11 @@ mod tests {
         // Nor a stranger.
         leaders.claim(&m, p, node("zz").raft_id(), 9);
         assert_eq!(leaders.changes(&m, p), 2);
+        assert_eq!(leaders.claim_of(&m, p), Some((node("b"), 3)));
+        assert_eq!(
+            leaders.claim_of(&m, Target::Partition(PartitionId(1))),
+            None
+        );
         assert!(leaders.claimed_other(&m, p, &node("a"), 1));
         assert!(
             !leaders.claimed_other(&m, p, &node("b"), 1),

@@ -26,6 +26,7 @@ mod leaders;
 mod list;
 mod map_doc;
 mod route;
+mod settle;
 mod watch;
 mod window;
 
@@ -83,6 +84,8 @@ struct Inner {
     /// This client's id in its calls (the nodes split a tenant's window
     /// among the clients that carry it).
     id: u64,
+    /// Room for the watches of quota holds left at nodes ([`settle`]).
+    settling: Arc<tokio::sync::Semaphore>,
 }
 
 impl RemoteStore {
@@ -120,6 +123,7 @@ impl RemoteStore {
                 reports: parking_lot::Mutex::new(None),
                 hurry: Arc::default(),
                 id: client_id(),
+                settling: Arc::new(tokio::sync::Semaphore::new(settle::MAX_SETTLING)),
             }),
         })
     }
@@ -178,7 +182,7 @@ impl RemoteStore {
         let deadline = tokio::time::Instant::now() + within;
         let map = self.map();
         let name = call.name();
-        let (sealed, _) = self.envelope(call, &map, node, None)?;
+        let (sealed, _) = self.envelope(call, &map, node, None, deadline)?;
         self.exchange(node, name, sealed, None, deadline)
             .await
             .map(|(reply, _)| reply)
@@ -814,16 +818,20 @@ impl StoreClient for RemoteStore {
                 ask,
             };
             let once = self.id_for(&call);
-            match self.send_as::<Option<u64>>(call, once).await {
+            let deadline = tokio::time::Instant::now() + self.inner.opts.deadline;
+            match self.send_as::<Option<u64>>(call, once, deadline).await {
                 Ok(id) => Ok(id.map(|id| self.remote_hold(id))),
                 Err(e) => {
                     // An attempt whose answer was lost may have made the
-                    // hold, named after the call's id: give it back (a
-                    // desk that never made it ignores this). A refusal
-                    // is final: no attempt made one.
+                    // hold, named after the call's id, or may still make
+                    // it until the deadline (the desk makes none past
+                    // it): give it back then (a desk that never made it
+                    // ignores this). A refusal is final: no attempt made
+                    // one.
                     if let Some(once) = once.filter(|_| !matches!(e, StoreError::QuotaExceeded(_)))
                     {
-                        self.give_back_quota(crate::node::desk::hold_id(&once));
+                        let id = crate::node::desk::hold_id(&once);
+                        self.give_back_quota_after(id, deadline + GIVE_BACK_MARGIN);
                     }
                     Err(e)
                 }
@@ -837,6 +845,12 @@ const RELEASE_ATTEMPTS: u32 = 3;
 
 /// The pause between two of them.
 const RELEASE_PAUSE: Duration = Duration::from_secs(1);
+
+/// How long after a failed reservation's deadline its id is given back:
+/// the desk makes no hold once the sender's wait is over, counted from
+/// the call's arrival there, so later than the sender's own deadline by
+/// the call's time on the way (`crate::node::desk`).
+const GIVE_BACK_MARGIN: Duration = Duration::from_secs(1);
 
 impl RemoteStore {
     /// A hold whose drop gives reservation `id` back to the catalog node,
@@ -859,6 +873,17 @@ impl RemoteStore {
     pub fn give_back_quota(&self, id: u64) {
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             handle.spawn(self.clone().release_quota(id));
+        }
+    }
+
+    /// [`RemoteStore::give_back_quota`] once `at` has come.
+    fn give_back_quota_after(&self, id: u64, at: tokio::time::Instant) {
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            let me = self.clone();
+            handle.spawn(async move {
+                tokio::time::sleep_until(at).await;
+                me.release_quota(id).await;
+            });
         }
     }
 

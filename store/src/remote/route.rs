@@ -40,7 +40,7 @@ use crate::cluster::{NodeId, PartitionMap};
 use crate::error::{StoreError, StoreResult};
 use crate::ids::PartitionId;
 use crate::node::proto::{Call, Envelope, Route, decode, encode};
-use crate::quota::Handover;
+use crate::quota::{Handover, Watch};
 use crate::rpc::{CallOptions, RpcError, WireCode};
 use crate::store::BodyStream;
 use bytes::Bytes;
@@ -150,6 +150,9 @@ pub(super) struct Sealed {
     args: Bytes,
     window: Option<Arc<window::Window>>,
     hold: Option<Arc<Handover>>,
+    /// How the hold comes back if the call gets no answer
+    /// ([`super::settle`]).
+    watch: Option<Watch>,
 }
 
 /// A routed call that failed for good.
@@ -166,6 +169,15 @@ impl Failed {
     fn new(error: StoreError, repeated: bool) -> Failed {
         Failed { error, repeated }
     }
+}
+
+/// How long the sender of `call` waits for its answer from now, in ms,
+/// on a call that must not take effect once nobody waits for it
+/// ([`Call::lapses_unanswered`]); `None` on any other.
+fn answer_within_ms(call: &Call, deadline: Instant) -> Option<u64> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    call.lapses_unanswered()
+        .then(|| u64::try_from(left.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// The group of a call routed by one key or by the catalog (`None`: a
@@ -284,13 +296,13 @@ impl RemoteStore {
     }
 
     /// [`RemoteStore::send`] of a call without data, with the id `once`
-    /// ([`RemoteStore::id_for`]).
+    /// ([`RemoteStore::id_for`]), answered by `deadline`.
     pub(super) async fn send_as<T: DeserializeOwned>(
         &self,
         call: Call,
         once: Option<crate::repeat::CallId>,
+        deadline: Instant,
     ) -> StoreResult<T> {
-        let deadline = Instant::now() + self.inner.opts.deadline;
         let target = target_of(&self.map(), &call).ok_or_else(|| {
             StoreError::InvalidArgument(format!("{} names its node", call.name()))
         })?;
@@ -323,7 +335,7 @@ impl RemoteStore {
                 .leader(&map, target, name)
                 .map_err(|e| Failed::new(e, repeated))?;
             let (sealed, back) = self
-                .envelope(call, &map, &node, once)
+                .envelope(call, &map, &node, once, deadline)
                 .map_err(|e| Failed::new(e, repeated))?;
             call = back;
             let until = attempt_until(replicas, deadline, self.inner.opts.deadline);
@@ -383,7 +395,7 @@ impl RemoteStore {
         let map = self.map();
         let since = self.inner.leaders.changes(&map, target);
         let node = self.leader(&map, target, name)?;
-        let (sealed, _) = self.envelope(call, &map, &node, None)?;
+        let (sealed, _) = self.envelope(call, &map, &node, None, deadline)?;
         let exchange = self.exchange(&node, name, sealed, Some(data), deadline);
         match self
             .unless_deposed(&map, target, &node, since, exchange)
@@ -494,7 +506,7 @@ impl RemoteStore {
             .max()
             .unwrap_or(1);
         let once = once_id(&call, replicas, given);
-        let (sealed, _) = self.envelope(call, map, &node, once)?;
+        let (sealed, _) = self.envelope(call, map, &node, once, deadline)?;
         let until = attempt_until(replicas, deadline, self.inner.opts.deadline);
         let failure = match self.exchange(&node, name, sealed, None, until).await {
             Ok((reply, _)) => return Ok(vec![(group, reply)]),
@@ -576,7 +588,7 @@ impl RemoteStore {
     }
 
     /// Teach the leader cache what `node`'s failure on `target` says.
-    fn note(&self, map: &PartitionMap, target: Target, node: &NodeId, failure: &Sent) {
+    pub(super) fn note(&self, map: &PartitionMap, target: Target, node: &NodeId, failure: &Sent) {
         let leaders = &self.inner.leaders;
         match failure {
             Sent::NotLeader(Some(id)) => {
@@ -601,7 +613,7 @@ impl RemoteStore {
     }
 
     /// The map after a node said it holds version `seen`.
-    fn refresh(&self, seen: u64) -> StoreResult<Arc<PartitionMap>> {
+    pub(super) fn refresh(&self, seen: u64) -> StoreResult<Arc<PartitionMap>> {
         self.inner
             .map
             .refresh(seen)
@@ -611,13 +623,15 @@ impl RemoteStore {
     /// The call's envelope for `node` with what goes with it (the
     /// caller's window there, the write's quota hold), and the call back
     /// (for another attempt). `once`: the call's id, the same for all
-    /// its attempts, on a call that applies once ([`crate::repeat`]).
+    /// its attempts, on a call that applies once ([`crate::repeat`]);
+    /// `deadline`: when the caller stops waiting for the answer.
     pub(super) fn envelope(
         &self,
         call: Call,
         map: &PartitionMap,
         node: &NodeId,
         once: Option<crate::repeat::CallId>,
+        deadline: Instant,
     ) -> StoreResult<(Sealed, Call)> {
         let caller = crate::caller::Caller::current();
         let window = caller
@@ -625,6 +639,7 @@ impl RemoteStore {
             .map(|c| self.inner.windows.of(node, &c.tenant.0));
         let hold = Handover::current().filter(|h| h.id().is_some() && call.takes_quota());
         let env = Envelope {
+            answer_within_ms: answer_within_ms(&call, deadline),
             call,
             caller,
             map_version: map.version(),
@@ -633,8 +648,17 @@ impl RemoteStore {
             hold: hold.as_ref().and_then(|h| h.id()),
             once,
         };
+        let watch = hold
+            .as_ref()
+            .and_then(|_| self.settle_watch(map, &env.call, node));
         let args = Bytes::from(encode(&env)?);
-        Ok((Sealed { args, window, hold }, env.call))
+        let sealed = Sealed {
+            args,
+            window,
+            hold,
+            watch,
+        };
+        Ok((sealed, env.call))
     }
 
     /// One attempt at one node, within the caller's window there and by
@@ -649,7 +673,12 @@ impl RemoteStore {
         data: Option<BodyStream>,
         deadline: Instant,
     ) -> Result<(T, BodyStream), Sent> {
-        let Sealed { args, window, hold } = sealed;
+        let Sealed {
+            args,
+            window,
+            hold,
+            watch,
+        } = sealed;
         let client = self.client(node).ok_or_else(|| {
             Sent::Store(StoreError::Unavailable(format!(
                 "store node {node} is not in the cluster file"
@@ -668,7 +697,7 @@ impl RemoteStore {
             deadline: deadline.saturating_duration_since(Instant::now()),
             ..self.inner.opts.clone()
         };
-        let sending = hold.as_ref().map(|h| h.sending());
+        let sending = hold.as_ref().map(|h| h.sending(watch));
         let answer = client.call(method, args, data, &opts).await;
         if let Some(s) = sending {
             s.answered(answer.as_ref().err().is_none_or(node_is_done));
