@@ -17,10 +17,10 @@
 //! counts (and if the call was lost on the way in, the desk lets the
 //! hold lapse: erring on the side of refusing). A hold left to a node
 //! whose call carried a [`Watch`] comes back early all the same once the
-//! watch finds the call settled (the store node died with the write in
-//! flight and another replica now leads: `crate::remote`), since a dead
-//! node gives nothing back and the hold would otherwise stay counted
-//! until it lapses. In process the same holds
+//! watch finds the call settled (its partition is now led in a later
+//! term, so the write has committed or never will: `crate::remote`),
+//! since a node that died with the write in flight gives nothing back
+//! and the hold would otherwise stay counted until it lapses. In process the same holds
 //! for a caller dropped while its write commits (its S3 client hung up):
 //! the in-process store's write takes the hold and gives it back itself.
 
