@@ -339,6 +339,19 @@ mod tests {
         (w, go)
     }
 
+    /// A covered write under hold `id` whose calls go out with their
+    /// watches and end as said: answered (`true`) or left at the node.
+    async fn write_making(id: u64, released: &Arc<AtomicUsize>, calls: Vec<(Option<Watch>, bool)>) {
+        remote(id, released)
+            .cover(async move {
+                let h = Handover::current().expect("covered");
+                for (watch, done) in calls {
+                    h.sending(watch).answered(done);
+                }
+            })
+            .await;
+    }
+
     /// Let spawned tasks run.
     async fn settle_down() {
         for _ in 0..10 {
@@ -351,13 +364,12 @@ mod tests {
         let released = Arc::new(AtomicUsize::new(0));
         let (first, go_first) = watch(true);
         let (second, go_second) = watch(true);
-        remote(11, &released)
-            .cover(async {
-                let h = Handover::current().expect("covered");
-                h.sending(Some(first)).answered(false);
-                h.sending(Some(second)).answered(false);
-            })
-            .await;
+        write_making(
+            11,
+            &released,
+            vec![(Some(first), false), (Some(second), false)],
+        )
+        .await;
         settle_down().await;
         assert_eq!(released.load(Ordering::SeqCst), 0, "not settled yet");
         go_first.send(()).expect("watching");
@@ -372,12 +384,7 @@ mod tests {
     async fn a_watch_that_gives_up_leaves_the_hold_to_the_node() {
         let released = Arc::new(AtomicUsize::new(0));
         let (gives_up, go) = watch(false);
-        remote(12, &released)
-            .cover(async {
-                let h = Handover::current().expect("covered");
-                h.sending(Some(gives_up)).answered(false);
-            })
-            .await;
+        write_making(12, &released, vec![(Some(gives_up), false)]).await;
         go.send(()).expect("watching");
         settle_down().await;
         assert_eq!(released.load(Ordering::SeqCst), 0);
@@ -387,13 +394,7 @@ mod tests {
     async fn a_call_left_at_a_node_without_a_watch_outweighs_the_watched_ones() {
         let released = Arc::new(AtomicUsize::new(0));
         let (settles, go) = watch(true);
-        remote(13, &released)
-            .cover(async {
-                let h = Handover::current().expect("covered");
-                h.sending(Some(settles)).answered(false);
-                h.sending(None).answered(false);
-            })
-            .await;
+        write_making(13, &released, vec![(Some(settles), false), (None, false)]).await;
         // The watch was dropped with the hold left to the node.
         assert!(go.send(()).is_err(), "nothing watches");
         settle_down().await;
@@ -425,12 +426,7 @@ mod tests {
     async fn an_answered_call_drops_its_watch_unrun() {
         let released = Arc::new(AtomicUsize::new(0));
         let (unused, go) = watch(false);
-        remote(15, &released)
-            .cover(async {
-                let h = Handover::current().expect("covered");
-                h.sending(Some(unused)).answered(true);
-            })
-            .await;
+        write_making(15, &released, vec![(Some(unused), true)]).await;
         assert!(go.send(()).is_err(), "the watch was dropped");
         assert_eq!(released.load(Ordering::SeqCst), 1);
     }
