@@ -208,18 +208,35 @@ fn a_large_idle_log_is_relocated_a_segment_at_a_time_and_the_file_stays_bounded(
         for e in &held {
             append(&mut idle, vec![e.clone()]).await;
         }
-        let mut most = 0;
+        // The file is measured against what the groups hold at the same
+        // moment (one lock): the busy group holds 2 to 11 entries as it
+        // goes, so the end's figure would understate the bound mid-run.
+        let mut worst: Option<(u64, WalStats)> = None;
         for i in 1..=2000 {
             append(&mut busy, vec![entry(1, i, 500)]).await;
             if i % 10 == 0 {
                 busy.purge(id(1, i - 2)).await.expect("purge");
             }
-            most = most.max(wal.stats().disk_bytes);
+            let now = wal.stats();
+            let over = now.disk_bytes.saturating_sub(2 * now.live_bytes);
+            if worst.as_ref().is_none_or(|(w, _)| over > *w) {
+                worst = Some((over, now));
+            }
         }
         let stats = wal.stats();
-        // Twice what the groups hold, the slack, and a segment being filled.
-        let bound = 2 * stats.live_bytes + tiny().slack_bytes + 2 * tiny().segment_bytes;
-        assert!(most <= bound, "{most} > {bound}: {stats:?}");
+        // Relocation begins past twice what the groups hold and the
+        // slack. Beyond that: a segment being filled; dead segments kept
+        // behind a live one until relocation reaches it (a few segments'
+        // worth a rotation, the live bytes at most); and a relocation's
+        // copies, seen while the writer has written them and not yet
+        // deleted their originals. Without relocation the file grows to
+        // every busy entry ever written (about 1.1 MB here, against 0.4).
+        let allowed = stats.live_bytes + tiny().slack_bytes + 4 * tiny().segment_bytes;
+        let (over, at) = worst.expect("measured");
+        assert!(
+            over <= allowed,
+            "{over} > {allowed} past twice the live bytes: {at:?}"
+        );
         assert!(stats.relocated_bytes > 0, "{stats:?}");
         assert_eq!(all(&mut idle).await, held);
     });

@@ -58,6 +58,10 @@ pub const PREPARE_AFTER: u64 = 1 << 20;
 /// records of about this size).
 const RELOCATE_RECORD_BYTES: usize = 8 << 20;
 
+/// Segments' worth a rotation relocates at most while the file is
+/// bloated ([`Writer::unbloat`]).
+const RELOCATE_SEGMENTS: u64 = 2;
+
 /// Sizes that bound the file.
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
@@ -277,12 +281,29 @@ impl Writer {
         }
         self.rotate(spare)?;
         self.collect()?;
-        if self.bloated() {
+        self.unbloat()
+    }
+
+    /// While the file is bloated, relocate what its oldest segments hold,
+    /// oldest first, up to [`RELOCATE_SEGMENTS`] segments' worth: a
+    /// segment the groups still need keeps every later one on disk, so
+    /// copying it frees the dead run behind it, and copying more than the
+    /// turn wrote makes headway even when the oldest segments are full of
+    /// live entries (copying one freed nothing while a segment was
+    /// written). The copies are synced before their originals go.
+    fn unbloat(&mut self) -> io::Result<()> {
+        let budget = RELOCATE_SEGMENTS * self.limits.segment_bytes;
+        let mut copied = 0;
+        while copied < budget && self.bloated() {
             let oldest = lock(&self.state).segments.keys().next().copied();
-            if let Some(oldest) = oldest.filter(|s| *s != self.segment) {
-                self.relocate(oldest)?;
-                self.file.sync_data()?;
-                self.collect()?;
+            let Some(oldest) = oldest.filter(|s| *s != self.segment) else {
+                break;
+            };
+            copied += self.relocate(oldest)?;
+            self.file.sync_data()?;
+            self.collect()?;
+            if lock(&self.state).segments.contains_key(&oldest) {
+                break;
             }
         }
         Ok(())
@@ -399,13 +420,15 @@ impl Writer {
 
     /// Write the entries `segment` still holds again at the end of the
     /// file, each group's in records of about [`RELOCATE_RECORD_BYTES`].
-    /// At most a segment's worth is copied, so a turn that relocates is
-    /// bounded however large a group's log is.
-    fn relocate(&mut self, segment: u64) -> io::Result<()> {
+    /// At most a segment's worth is copied (a turn relocates a few
+    /// segments at most, so it is bounded however large a group's log
+    /// is); returns the bytes written.
+    fn relocate(&mut self, segment: u64) -> io::Result<u64> {
+        let before = self.len;
         let (found, file) = {
             let state = lock(&self.state);
             let Some(file) = state.segments.get(&segment).map(|s| Arc::clone(&s.file)) else {
-                return Ok(());
+                return Ok(0);
             };
             (state.entries_in(segment), file)
         };
@@ -428,7 +451,7 @@ impl Writer {
             }
             self.write_relocated(group, &mut chunk)?;
         }
-        Ok(())
+        Ok(self.len - before)
     }
 
     /// Write `chunk` (taken) as one relocated record of `group`.
