@@ -1081,10 +1081,7 @@ def test_quota_holds_in_flight_survive_a_catalog_leader_killed(nemesis, cluster)
     s3.delete_bucket(Bucket=bucket)
 
 
-@pytest.mark.parametrize("fault", ["stop", pytest.param("kill", marks=pytest.mark.xfail(
-    reason="not finished: passed 20 of 20 runs at 15:45-16:02 on 2026-12-07, then failed 2 of 2 at "
-           "17:47 with 4-7 MiB still held on the same binary (docs/replication.md, Not built yet, 5)",
-    strict=False))])
+@pytest.mark.parametrize("fault", ["stop", "kill"])
 def test_quota_writes_in_flight_when_the_catalog_leader_fails_leave_no_hold(nemesis, cluster, fault):
     """Eight clients PUT 1 MiB objects as a tenant with a 48 MiB quota,
     and once eight have landed the catalog's leader (also the leader of
