@@ -193,10 +193,12 @@ impl QuotaDesk {
             if term.is_some() {
                 self.rows().delete(id).await?;
             }
+            tracing::debug!(hold = id, "quota hold given up while it was made");
             return Err(StoreError::Unavailable(
                 "the quota reservation was given up while it was made".into(),
             ));
         }
+        tracing::debug!(hold = id, ?amount, ?term, "quota hold made");
         Ok(Some(id))
     }
 
@@ -256,6 +258,7 @@ impl QuotaDesk {
             let deleting = Deleting::of(self, id, gone.is_some());
             (gone, deleting)
         };
+        tracing::debug!(hold = id, held = gone.is_some(), "quota hold released");
         if term.is_none() {
             return Ok(());
         }

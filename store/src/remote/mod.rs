@@ -840,10 +840,14 @@ impl StoreClient for RemoteStore {
     }
 }
 
-/// Calls a quota release makes at most ([`RemoteStore::give_back_quota`]).
-const RELEASE_ATTEMPTS: u32 = 3;
+/// How long a quota release is asked again ([`RemoteStore::give_back_quota`]):
+/// past a catalog election and its new leader's takeover of the holds,
+/// also on a loaded machine. Three calls (about 17 s, before) may not
+/// outlast those, and a hold whose release gave up stays counted for
+/// an hour.
+const RELEASE_FOR: Duration = Duration::from_secs(60);
 
-/// The pause between two of them.
+/// The pause between two calls of a release.
 const RELEASE_PAUSE: Duration = Duration::from_secs(1);
 
 /// How long after a failed reservation's deadline its id is given back:
@@ -887,19 +891,26 @@ impl RemoteStore {
         }
     }
 
-    /// Ask the catalog node to release hold `id`, up to
-    /// [`RELEASE_ATTEMPTS`] calls (each follows leader changes within its
-    /// deadline; a catalog whose election outlasts one is asked again). A
-    /// last failure is logged: the hold then lapses there.
+    /// Ask the catalog node to release hold `id`, again and again for up
+    /// to [`RELEASE_FOR`] (each call follows leader changes within its
+    /// deadline; a catalog whose election outlasts one is asked again).
+    /// A last failure is logged: the hold then lapses there. How many
+    /// releases wait so is bounded by the holds made, and a catalog that
+    /// cannot release makes none.
     async fn release_quota(self, id: u64) {
-        for attempt in 1..=RELEASE_ATTEMPTS {
+        let until = tokio::time::Instant::now() + RELEASE_FOR;
+        loop {
             let r: StoreResult<()> = self.ask(Call::QuotaRelease { id }).await;
             match r {
                 Ok(()) => return,
-                Err(e) if attempt == RELEASE_ATTEMPTS => {
+                Err(e) if tokio::time::Instant::now() + RELEASE_PAUSE >= until => {
                     tracing::warn!(hold = id, error = %e, "quota release failed; it lapses at the catalog node");
+                    return;
                 }
-                Err(_) => tokio::time::sleep(RELEASE_PAUSE).await,
+                Err(e) => {
+                    tracing::debug!(hold = id, error = %e, "quota release failed; asked again");
+                    tokio::time::sleep(RELEASE_PAUSE).await;
+                }
             }
         }
     }
