@@ -270,7 +270,7 @@ impl Writer {
 
     /// Begin a new segment when this one is full, then delete what no group
     /// needs, and when the file is bloated relocate what the oldest
-    /// segment still holds so it can go too.
+    /// segments still hold so they can go too ([`Writer::unbloat`]).
     pub fn maintain(&mut self) -> io::Result<()> {
         let spare = self.spare_ready();
         if self.len < self.limits.segment_bytes && !(spare && self.len >= self.preallocated) {
