@@ -204,6 +204,16 @@ class LocalCluster:
             parts.append(f"--- {log.name} ---\n{tail(log, 40)}")
         return "\n".join(parts)
 
+    def log_lines(self, needles: tuple[str, ...], most: int = 60) -> list[str]:
+        """The last `most` lines of the children's logs (nodes and
+        gateways) that hold one of `needles`, each named after its log."""
+        found = []
+        for log in sorted((self.dir / "logs").glob("*.log")):
+            for line in log.read_text(errors="replace").splitlines():
+                if any(n in line for n in needles):
+                    found.append(f"{log.stem}: {line[:300]}")
+        return found[-most:]
+
     def _wait_ready(self) -> list[Child]:
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:

@@ -1149,7 +1149,7 @@ def test_quota_writes_in_flight_when_the_catalog_leader_fails_leave_no_hold(neme
     while error_code(lambda: s3.put_object(Bucket=bucket, Key="rest", Body=b"r" * rest)) != "OK":
         if time.monotonic() > deadline:
             held = rest - room_left(s3, bucket, rest)
-            said = "\n".join(log_lines(cluster, ("quota desk", "quota hold", "quota release", "cut off at its node")))
+            said = "\n".join(cluster.log_lines(("quota desk", "quota hold", "quota release", "cut off at its node")))
             pytest.fail(f"the rest of the quota does not fit within {WRITE_DEADLINE_S:.0f}s: "
                         f"{held} bytes ({held / mib:.2f} MiB) still held; what the nodes and "
                         f"gateways logged of quota holds:\n{said}", pytrace=False)
@@ -1158,17 +1158,6 @@ def test_quota_writes_in_flight_when_the_catalog_leader_fails_leave_no_hold(neme
     for k in list_all(s3, bucket):
         s3.delete_object(Bucket=bucket, Key=k)
     s3.delete_bucket(Bucket=bucket)
-
-
-def log_lines(cluster, needles: tuple[str, ...], most: int = 60) -> list[str]:
-    """The last `most` lines of the cluster's logs (nodes and gateways)
-    that hold one of `needles`, each named after its log."""
-    found = []
-    for log in sorted((cluster.dir / "logs").glob("*.log")):
-        for line in log.read_text(errors="replace").splitlines():
-            if any(n in line for n in needles):
-                found.append(f"{log.stem}: {line[:300]}")
-    return found[-most:]
 
 
 def room_left(s3, bucket: str, most: int) -> int:
