@@ -591,6 +591,35 @@ def test_a_stopped_store_node_past_an_election_timeout(nemesis):
     nemesis.verify("stop")
 
 
+def test_a_store_node_paused_and_continued_deposes_no_leader(nemesis, cluster):
+    """A store node stopped (SIGSTOP) past an election timeout and then
+    continued asks its peers before it campaigns (docs/replication.md,
+    "Elections after a pre-vote"): they still hear their leaders, so it
+    starts no election, and every group it did not lead keeps its leader
+    and its term. Before, its timers fired before it read the heartbeats
+    waiting for it, its new terms deposed every leader it followed, and it
+    took over each group idle since its leader's election (all 8
+    partitions, every time it was tried)."""
+    poll(lambda: fully_replicated(cluster), catch_up_deadline(cluster), interval=1.0,
+         what="every group healthy")
+    groups = cluster_status(cluster)["groups"]
+    # The node that leads fewest groups: the more leaders it follows, the
+    # more it could depose.
+    name = min(STORES, key=lambda s: sum(1 for g in groups if g["leader"] == s))
+    before = {g["group"]: (g["leader"], g["term"]) for g in groups if g["leader"] != name}
+    assert before, groups
+    pid = nemesis.stop(name)
+    time.sleep(STOP_SECONDS)
+    nemesis.cont(pid)
+    # Several election timeouts for it to campaign in, were it to.
+    time.sleep(4.0)
+    poll(lambda: fully_replicated(cluster), catch_up_deadline(cluster), interval=1.0,
+         what="every group healthy")
+    after = {g["group"]: (g["leader"], g["term"]) for g in cluster_status(cluster)["groups"]}
+    moved = {g: (was, after.get(g)) for g, was in before.items() if after.get(g) != was}
+    assert not moved, f"{name}, continued, deposed leaders (group: (leader, term) before, after): {moved}"
+
+
 def test_a_store_node_that_lost_its_disk_comes_back_and_nothing_is_lost(nemesis, cluster):
     nemesis.start("disk-loss", seed=4)
     name = "store-3"

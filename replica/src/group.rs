@@ -552,8 +552,9 @@ pub struct RaftOpener<N> {
     /// Log entries between two snapshots of a partition's group
     /// ([`store_group_config_with`]; [`SNAPSHOT_ENTRIES`] by default).
     pub snapshot_entries: u64,
-    /// Whether each group sends its own heartbeats; `false` when the node
-    /// runs a [`crate::net::HeartbeatTicker`] for all of them.
+    /// Whether each group sends its own heartbeats and runs its own
+    /// election timer; `false` when the node runs a
+    /// [`crate::net::HeartbeatTicker`] for all of them.
     pub own_heartbeats: bool,
     /// Where the groups keep their logs ([`GroupLogs`]).
     pub logs: GroupLogs,
@@ -659,15 +660,13 @@ impl<N> RaftOpener<N>
 where
     N: RaftNetworkFactory<TypeConfig> + Send + Sync + 'static,
 {
-    /// `config` with the group's own heartbeats off when the node's
-    /// ticker sends them.
+    /// `config` with the group's own heartbeats and election timer off
+    /// when the node's ticker runs them ([`crate::net::heartbeat::ticked`]).
     fn heartbeats(&self, config: Arc<openraft::Config>) -> Arc<openraft::Config> {
         if self.own_heartbeats {
             return config;
         }
-        let mut config = (*config).clone();
-        config.enable_heartbeat = false;
-        Arc::new(config)
+        crate::net::heartbeat::ticked(&config)
     }
 
     /// Group `id`'s log, in the node's layout ([`GroupLogs`]); a group

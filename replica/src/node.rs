@@ -13,7 +13,9 @@
 //! on one port ([`crate::net::Split`]). Its groups send no heartbeats of
 //! their own: the node's [`HeartbeatTicker`] triggers those of every
 //! group it leads at once, and they travel as one call per peer
-//! ([`crate::net::batch`]). Their logs share one file of segments in the
+//! ([`crate::net::batch`]); nor do they start elections on their own
+//! timers: the ticker campaigns for a group once a majority of its voters
+//! no longer hears a leader ([`crate::net::prevote`]). Their logs share one file of segments in the
 //! data directory ([`WAL_DIR`], [`crate::wal`]), written and synced by one
 //! thread, so appends of several groups that arrive together share one
 //! write and one fdatasync; a group whose log is still in the older

@@ -176,14 +176,26 @@ impl Rejoin {
     /// Whether `req` may be handed to the group, this replica as `m`
     /// shows it.
     pub fn may_vote(&self, req: &VoteRequest<NodeId>, m: &RaftMetrics<NodeId, BasicNode>) -> bool {
+        self.may_vote_for(req.vote.leader_id(), req.last_log_id.map(|l| l.index), m)
+    }
+
+    /// Whether a vote for `candidate`, whose log ends at `last_index`,
+    /// may be handed to the group ([`Rejoin::may_vote`]; a pre-vote asks
+    /// it too, `crate::net::prevote`).
+    pub fn may_vote_for(
+        &self,
+        candidate: &Leader,
+        last_index: Option<u64>,
+        m: &RaftMetrics<NodeId, BasicNode>,
+    ) -> bool {
         if !self.settle(m) {
             return true;
         }
         // Else only a new group's first election (nothing to have
         // forgotten), for a candidate not below any vote the replica may
         // have cast.
-        let first = req.last_log_id.is_none_or(|l| l.index == 0);
-        first && self.floor.admits(req.vote.leader_id())
+        let first = last_index.is_none_or(|i| i == 0);
+        first && self.floor.admits(candidate)
     }
 }
 

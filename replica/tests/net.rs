@@ -429,7 +429,20 @@ async fn rounds_of_many_groups_share_calls_and_a_large_round_goes_alone() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_survive_a_leaders_stop_and_the_restarted_node_catches_up() {
-    let mut cluster = Cluster::start().await;
+    leaders_stop_survived(Cluster::start().await).await;
+}
+
+/// The same with the nodes' tickers holding the elections: a voter
+/// campaigns once a majority no longer hears the stopped leader
+/// (laneway_replica::net::prevote).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ticked_groups_elect_after_a_leaders_stop_and_the_restarted_node_catches_up() {
+    let config = test_config(ticked_config("net-test").expect("ticked config"));
+    assert!(!config.enable_elect);
+    leaders_stop_survived(Cluster::start_with(config, true).await).await;
+}
+
+async fn leaders_stop_survived(mut cluster: Cluster) {
     let mut acked = Acked::new();
     for group in GROUPS {
         write_many(&cluster, &mut acked, group, 0..10, 16).await;
@@ -458,7 +471,18 @@ async fn writes_survive_a_leaders_stop_and_the_restarted_node_catches_up() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_that_lost_its_disk_elects_no_replica_missing_what_it_acknowledged() {
-    let mut cluster = Cluster::start().await;
+    wiped_elects_nothing_missing(Cluster::start().await).await;
+}
+
+/// The same with the nodes' tickers holding the elections: a replica
+/// that abstains says no to a pre-vote as it would to the vote.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ticked_a_node_that_lost_its_disk_elects_no_replica_missing_what_it_acknowledged() {
+    let config = test_config(ticked_config("net-test").expect("ticked config"));
+    wiped_elects_nothing_missing(Cluster::start_with(config, true).await).await;
+}
+
+async fn wiped_elects_nothing_missing(mut cluster: Cluster) {
     let mut acked = Acked::new();
     write_many(&cluster, &mut acked, 1, 0..5, 16).await;
     let leader = cluster.leader(1).await;

@@ -12,8 +12,12 @@
 //! from this node to each follower node, whatever the number of groups
 //! it leads there. The ticker is per node, not per node pair: openraft
 //! sends a group's heartbeat to all its followers at once, and the
-//! batchers split them by peer. Each group keeps its own tick task, which
-//! drives its election timer.
+//! batchers split them by peer.
+//!
+//! The groups' elections are the node's too: [`ticked_config`] turns
+//! openraft's election timer off, and the ticker's second task
+//! ([`super::prevote::campaign`]) has a voter that hears no leader ask
+//! its peers before it campaigns.
 //!
 //! If the ticker stops (or a node's runtime is too loaded to run it),
 //! the followers of this node's groups stop hearing from it and elect
@@ -29,24 +33,36 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::MissedTickBehavior;
 
-/// [`group_config`] with the group's own heartbeat switched off, for
-/// groups on a node that runs a [`HeartbeatTicker`].
+/// [`group_config`] with the group's own heartbeat and election timer
+/// switched off, for groups on a node that runs a [`HeartbeatTicker`]
+/// (which also campaigns for them, [`super::prevote`]).
 pub fn ticked_config(name: &str) -> ReplicaResult<Arc<Config>> {
-    let mut config = (*group_config(name)?).clone();
-    config.enable_heartbeat = false;
-    Ok(Arc::new(config))
+    Ok(ticked(&*group_config(name)?))
 }
 
-/// A node's heartbeat timer for the groups it leads.
+/// `config` with the group's own heartbeat and election timer switched
+/// off ([`ticked_config`]).
+pub fn ticked(config: &Config) -> Arc<Config> {
+    let mut config = config.clone();
+    config.enable_heartbeat = false;
+    config.enable_elect = false;
+    Arc::new(config)
+}
+
+/// A node's heartbeat timer for the groups it leads, and its election
+/// timer for the groups it follows ([`super::prevote::campaign`]).
 pub struct HeartbeatTicker {
     stop: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
+    elections: tokio::task::JoinHandle<()>,
 }
 
 impl HeartbeatTicker {
     /// Every `interval` (the groups' `heartbeat_interval`), open a
     /// heartbeat round on `peers` and trigger a heartbeat of every group
-    /// in `service` this node leads; the ticker runs on `runtime`.
+    /// in `service` this node leads; and campaign for the groups whose
+    /// leader a majority no longer hears ([`super::prevote::campaign`]).
+    /// Both run on `runtime`.
     pub fn start(
         runtime: &tokio::runtime::Handle,
         service: Arc<RaftService>,
@@ -54,20 +70,31 @@ impl HeartbeatTicker {
         interval: Duration,
     ) -> HeartbeatTicker {
         let (stop, stopped) = watch::channel(false);
+        let elections = runtime.spawn(super::prevote::campaign(
+            Arc::clone(&service),
+            Arc::clone(&peers),
+            stopped.clone(),
+        ));
         let task = runtime.spawn(tick(service, peers, interval, stopped));
-        HeartbeatTicker { stop, task }
+        HeartbeatTicker {
+            stop,
+            task,
+            elections,
+        }
     }
 
     /// Stop ticking.
     pub async fn stop(mut self) {
         let _ = self.stop.send(true);
         let _ = (&mut self.task).await;
+        let _ = (&mut self.elections).await;
     }
 }
 
 impl Drop for HeartbeatTicker {
     fn drop(&mut self) {
         self.task.abort();
+        self.elections.abort();
     }
 }
 

@@ -11,7 +11,9 @@
 //! call is answered `Unavailable`, a batched append `NotHosted`) until it
 //! has heard every peer's vote, nor one of a leader below them. A
 //! [`RAFT_TERMS_METHOD`] call is answered with this node's vote in the
-//! group it names ([`super::terms`], [`crate::rejoin`]).
+//! group it names ([`super::terms`], [`crate::rejoin`]), a
+//! [`RAFT_PREVOTE_METHOD`] call with whether this replica would vote for
+//! the candidate now ([`super::prevote`]).
 //!
 //! A [`RAFT_BATCH_METHOD`] call carries appends of several groups: each
 //! is handed to its group at once (the groups answer concurrently, so a
@@ -25,11 +27,14 @@
 
 use super::batch::MAX_BATCH;
 use super::terms::Asking;
-use super::wire::TermAsk;
 use super::wire::{
     BatchAnswer, RaftAnswer, RaftBatch, RaftBatchReply, RaftMsg, RaftReply, RaftRequest,
 };
-use super::{GroupId, HEARTBEAT_INTERVAL_MS, RAFT_BATCH_METHOD, RAFT_METHOD, RAFT_TERMS_METHOD};
+use super::wire::{PreVoteAsk, PreVoteReply, TermAsk};
+use super::{
+    GroupId, HEARTBEAT_INTERVAL_MS, RAFT_BATCH_METHOD, RAFT_METHOD, RAFT_PREVOTE_METHOD,
+    RAFT_TERMS_METHOD,
+};
 use crate::rejoin::Rejoin;
 use crate::rejoin::floor::Leader;
 use crate::types::{NodeId, PartitionRaft, TypeConfig};
@@ -53,13 +58,20 @@ pub struct RaftService {
 }
 
 /// A hosted group: its handle, whether it started empty (then it
-/// abstains from votes until caught up: [`crate::rejoin`]), and when a
-/// leader last spoke to it.
+/// abstains from votes until caught up: [`crate::rejoin`]), when a
+/// leader last spoke to it, and when the replica last took a message of
+/// a leader not below its own vote.
 #[derive(Clone)]
 struct Hosted {
     raft: PartitionRaft,
     rejoin: Option<Arc<Rejoin>>,
     heard: Arc<Heard>,
+    /// An append or snapshot chunk the group answered without a higher
+    /// vote of its own: its leader is current. A leader deposed without
+    /// knowing it, which reaches this replica but never hears its
+    /// answers, refreshes `heard` and not this, so it cannot keep this
+    /// replica from joining an election ([`super::prevote`]).
+    led: Arc<Heard>,
 }
 
 /// When a leader last sent a hosted group an append (a heartbeat
@@ -174,6 +186,7 @@ impl RaftService {
                     raft,
                     rejoin,
                     heard: Arc::new(Heard::now()),
+                    led: Arc::new(Heard::now()),
                 },
             )
             .map(|h| h.raft)
@@ -205,6 +218,14 @@ impl RaftService {
     /// cluster move-partition`) hears nothing more.
     pub fn unheard_for(&self, group: GroupId) -> Option<Duration> {
         self.hosted(group).map(|h| h.heard.since())
+    }
+
+    /// How long `group`'s replica here has taken no message of a current
+    /// leader (an append or snapshot chunk answered without a higher vote
+    /// of its own), or since it was registered; `None` when the group is
+    /// not hosted. What [`super::prevote`] counts as hearing a leader.
+    pub fn unled_for(&self, group: GroupId) -> Option<Duration> {
+        self.hosted(group).map(|h| h.led.since())
     }
 
     /// The term of the floor of `group`'s replica here, if it started
@@ -301,6 +322,20 @@ impl RaftService {
         Ok(Reply::payload(payload))
     }
 
+    /// Answer a [`RAFT_PREVOTE_METHOD`] call: whether this node would
+    /// vote for the candidate now ([`super::prevote`]).
+    fn call_prevote(&self, args: &[u8]) -> Result<Reply, WireError> {
+        let ask = PreVoteAsk::decode(args).map_err(|e| {
+            self.counts.refused.fetch_add(1, Ordering::Relaxed);
+            WireError::new(WireCode::BadCall, e.to_string())
+        })?;
+        let granted = self.hosted(ask.group).is_some_and(|h| h.would_vote(&ask));
+        let payload = PreVoteReply::new(granted)
+            .encode()
+            .map_err(|e| WireError::new(WireCode::Internal, format!("encode reply: {e}")))?;
+        Ok(Reply::payload(payload))
+    }
+
     /// Each append of a batch with its group's handle (`None`: not
     /// hosted here, or a replica that started empty does not take it:
     /// [`Hosted::admits`]).
@@ -365,18 +400,44 @@ impl Hosted {
         self.rejoin.as_ref().is_none_or(|r| r.admits(sender))
     }
 
+    /// Whether this replica would vote for `ask`'s candidate now
+    /// ([`super::prevote::judge`]).
+    fn would_vote(&self, ask: &PreVoteAsk) -> bool {
+        let m = self.raft.metrics().borrow().clone();
+        let last_log = self.raft.data_metrics().borrow().last_log;
+        let candidate = openraft::LeaderId::new(ask.term, ask.candidate);
+        let last_index = ask.last_log.map(|l| l.index);
+        let judged = super::prevote::Judged {
+            leads: m.state == openraft::ServerState::Leader,
+            unheard_for: self.led.since(),
+            lease: Duration::from_millis(self.raft.config().election_timeout_max),
+            log_behind: ask.last_log < last_log,
+            rejoin_allows: self
+                .rejoin
+                .as_ref()
+                .is_none_or(|r| r.may_vote_for(&candidate, last_index, &m)),
+        };
+        super::prevote::judge(judged)
+    }
+
     /// Hand an append to the group (noting it for a replica that started
     /// empty).
     async fn append(
         &self,
         rpc: AppendEntriesRequest<TypeConfig>,
     ) -> Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>> {
-        let Some(rejoin) = self.rejoin.as_ref().filter(|r| r.abstaining()) else {
-            return self.raft.append_entries(rpc).await;
+        let answer = match self.rejoin.as_ref().filter(|r| r.abstaining()) {
+            None => self.raft.append_entries(rpc).await,
+            Some(rejoin) => {
+                rejoin.saw_append(&rpc);
+                let answer = self.raft.append_entries(rpc).await;
+                rejoin.settle(&self.raft.metrics().borrow());
+                answer
+            }
         };
-        rejoin.saw_append(&rpc);
-        let answer = self.raft.append_entries(rpc).await;
-        rejoin.settle(&self.raft.metrics().borrow());
+        if matches!(&answer, Ok(a) if !matches!(a, AppendEntriesResponse::HigherVote(_))) {
+            self.led.hear();
+        }
         answer
     }
 }
@@ -389,8 +450,13 @@ async fn deliver(hosted: Hosted, msg: RaftMsg) -> RaftAnswer {
             RaftAnswer::Vote(crate::rejoin::vote(&hosted.raft, hosted.rejoin.as_deref(), rpc).await)
         }
         RaftMsg::Snapshot(rpc) => {
-            keep_following(&hosted.raft, &rpc.vote).await;
-            RaftAnswer::Snapshot(hosted.raft.install_snapshot(rpc).await)
+            let leader = rpc.vote;
+            keep_following(&hosted.raft, &leader).await;
+            let answer = hosted.raft.install_snapshot(rpc).await;
+            if matches!(&answer, Ok(a) if a.vote <= leader) {
+                hosted.led.hear();
+            }
+            RaftAnswer::Snapshot(answer)
         }
     }
 }
@@ -435,6 +501,9 @@ impl Handler for RaftService {
         }
         if method == RAFT_TERMS_METHOD {
             return Box::pin(std::future::ready(self.call_terms(&args)));
+        }
+        if method == RAFT_PREVOTE_METHOD {
+            return Box::pin(std::future::ready(self.call_prevote(&args)));
         }
         // Decoding and the lookup happen before the future, so it holds a
         // handle of its own and no lock.

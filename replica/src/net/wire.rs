@@ -320,6 +320,81 @@ impl TermReply {
     }
 }
 
+/// A voter asks a peer whether it would vote for it in `term` before it
+/// campaigns ([`super::RAFT_PREVOTE_METHOD`], [`super::prevote`]).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct PreVoteAsk {
+    /// Format version ([`WIRE_VERSION`]).
+    pub version: u8,
+    /// The group asked about.
+    pub group: GroupId,
+    /// The asking replica.
+    pub candidate: NodeId,
+    /// The term its election would be in (its vote's term plus one).
+    pub term: u64,
+    /// Its last log entry (`None`: an empty log).
+    pub last_log: Option<openraft::LogId<NodeId>>,
+}
+
+/// The answer to a [`PreVoteAsk`].
+#[derive(Debug, Serialize, Deserialize)]
+pub struct PreVoteReply {
+    /// Format version ([`WIRE_VERSION`]).
+    pub version: u8,
+    /// Whether the peer would vote for the candidate now.
+    pub granted: bool,
+}
+
+impl PreVoteAsk {
+    /// An ask of the current format.
+    pub fn new(
+        group: GroupId,
+        candidate: NodeId,
+        term: u64,
+        last_log: Option<openraft::LogId<NodeId>>,
+    ) -> PreVoteAsk {
+        PreVoteAsk {
+            version: WIRE_VERSION,
+            group,
+            candidate,
+            term,
+            last_log,
+        }
+    }
+
+    /// The bincode of this ask.
+    pub fn encode(&self) -> Result<Vec<u8>, bincode::Error> {
+        bincode::serialize(self)
+    }
+
+    /// An ask from its bincode, if its version is known.
+    pub fn decode(bytes: &[u8]) -> Result<PreVoteAsk, DecodeError> {
+        check_version(bytes)?;
+        Ok(bincode::deserialize(bytes)?)
+    }
+}
+
+impl PreVoteReply {
+    /// A reply of the current format.
+    pub fn new(granted: bool) -> PreVoteReply {
+        PreVoteReply {
+            version: WIRE_VERSION,
+            granted,
+        }
+    }
+
+    /// The bincode of this reply.
+    pub fn encode(&self) -> Result<Vec<u8>, bincode::Error> {
+        bincode::serialize(self)
+    }
+
+    /// A reply from its bincode, if its version is known.
+    pub fn decode(bytes: &[u8]) -> Result<PreVoteReply, DecodeError> {
+        check_version(bytes)?;
+        Ok(bincode::deserialize(bytes)?)
+    }
+}
+
 /// Every record begins with its version byte (bincode writes a `u8` as
 /// one byte), so it can be checked before the rest is decoded.
 fn check_version(bytes: &[u8]) -> Result<(), DecodeError> {
@@ -414,6 +489,32 @@ mod tests {
             back.answer,
             RaftAnswer::Vote(Err(RaftError::Fatal(Fatal::Stopped)))
         ));
+    }
+
+    #[test]
+    fn a_pre_vote_ask_and_reply_round_trip_and_an_unknown_version_is_refused() {
+        let last = Some(openraft::LogId::new(
+            openraft::CommittedLeaderId::new(7, 3),
+            41,
+        ));
+        let ask = PreVoteAsk::new(5, 3, 8, last);
+        let bytes = ask.encode().expect("encode");
+        let back = PreVoteAsk::decode(&bytes).expect("decode");
+        assert_eq!(
+            (back.group, back.candidate, back.term, back.last_log),
+            (5, 3, 8, last)
+        );
+        for granted in [true, false] {
+            let reply = PreVoteReply::new(granted).encode().expect("encode");
+            assert_eq!(
+                PreVoteReply::decode(&reply).expect("decode").granted,
+                granted
+            );
+        }
+        let mut other = bytes.clone();
+        other[0] = WIRE_VERSION + 1;
+        assert!(PreVoteAsk::decode(&other).is_err());
+        assert!(PreVoteAsk::decode(&bytes[..3]).is_err());
     }
 
     #[test]
