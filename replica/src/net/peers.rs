@@ -41,6 +41,7 @@ use openraft::raft::{
 use openraft::{BasicNode, RaftNetwork, RaftNetworkFactory};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// The clients of this node's peers, by node id, shared by all its groups.
 pub struct Peers {
@@ -83,6 +84,28 @@ impl Peers {
     /// elsewhere, as membership says).
     pub fn client(&self, id: NodeId, addr: &str) -> Arc<RpcClient> {
         self.peer(id, addr).0
+    }
+
+    /// One small call of `method` to node `id` at `addr`, answered within
+    /// `within` (its whole deadline, and its stall limit): the reply's
+    /// payload. The asks of [`super::terms`] and [`super::prevote`].
+    pub async fn ask(
+        &self,
+        id: NodeId,
+        addr: &str,
+        method: &str,
+        args: Bytes,
+        within: Duration,
+    ) -> Result<Bytes, RpcError> {
+        let opts = CallOptions {
+            deadline: within,
+            stall: within,
+        };
+        let client = self.client(id, addr);
+        client
+            .call(method, args, None, &opts)
+            .await
+            .map(|(payload, _)| payload)
     }
 
     /// The client and batcher of node `id` at `addr` (as [`Peers::client`]).

@@ -57,7 +57,7 @@ use crate::types::{NodeId, PartitionRaft};
 use bytes::Bytes;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
-use laneway_store::rpc::{CallOptions, RpcError, WireCode};
+use laneway_store::rpc::{RpcError, WireCode};
 use openraft::ServerState;
 use std::collections::{BTreeSet, HashMap};
 use std::hash::BuildHasher;
@@ -292,16 +292,11 @@ async fn attempt(group: GroupId, raft: PartitionRaft, asked: Asked, peers: &Peer
 /// build without the method counts as yes, one that does not answer as
 /// no.
 async fn ask_one(peers: &Peers, id: NodeId, addr: &str, args: Bytes, group: GroupId) -> bool {
-    let opts = CallOptions {
-        deadline: ASK_WITHIN,
-        stall: ASK_WITHIN,
-    };
     match peers
-        .client(id, addr)
-        .call(RAFT_PREVOTE_METHOD, args, None, &opts)
+        .ask(id, addr, RAFT_PREVOTE_METHOD, args, ASK_WITHIN)
         .await
     {
-        Ok((payload, _)) => match PreVoteReply::decode(&payload) {
+        Ok(payload) => match PreVoteReply::decode(&payload) {
             Ok(reply) => reply.granted,
             Err(e) => {
                 tracing::debug!(group, peer = id, "undecodable pre-vote answer: {e}");

@@ -564,8 +564,8 @@ fn route(service: &RaftService, method: &str, args: &[u8]) -> Result<(Hosted, Ra
     Ok((hosted, req.msg))
 }
 
-/// One handler for a node's port: [`RAFT_METHOD`], [`RAFT_BATCH_METHOD`]
-/// and [`RAFT_TERMS_METHOD`] calls go to `raft`,
+/// One handler for a node's port: [`RAFT_METHOD`], [`RAFT_BATCH_METHOD`],
+/// [`RAFT_TERMS_METHOD`] and [`RAFT_PREVOTE_METHOD`] calls go to `raft`,
 /// every other method to `rest` (the store node's own service).
 pub struct Split {
     /// Receives the Raft messages.
@@ -635,6 +635,27 @@ mod tests {
                 ..Received::default()
             }
         );
+    }
+
+    #[tokio::test]
+    async fn a_garbage_pre_vote_is_refused_and_one_for_a_group_not_hosted_is_a_no() {
+        let service = RaftService::new();
+        let garbage = Bytes::from_static(&[WIRE_VERSION, 0xff]);
+        let bad = service
+            .call(RAFT_PREVOTE_METHOD.into(), garbage, empty())
+            .await;
+        assert!(matches!(bad, Err(e) if e.code == WireCode::BadCall));
+        let ask = PreVoteAsk::new(4, 1, 2, None).encode().expect("encode");
+        let reply = service
+            .call(RAFT_PREVOTE_METHOD.into(), Bytes::from(ask), empty())
+            .await
+            .expect("answered");
+        assert!(
+            !PreVoteReply::decode(&reply.payload)
+                .expect("decode")
+                .granted
+        );
+        assert_eq!(service.received().refused, 1);
     }
 
     #[tokio::test]

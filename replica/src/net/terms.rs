@@ -24,7 +24,6 @@ use super::{GroupId, Peers, RAFT_TERMS_METHOD};
 use crate::rejoin::Rejoin;
 use crate::types::{NodeId, PartitionRaft};
 use bytes::Bytes;
-use laneway_store::rpc::CallOptions;
 use openraft::BasicNode;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Weak};
@@ -165,16 +164,11 @@ impl Asking {
 /// `None` if it did not answer.
 async fn ask_vote(peers: &Peers, id: NodeId, addr: &str, group: GroupId) -> Option<TermReply> {
     let args = TermAsk::new(group).encode().ok()?;
-    let opts = CallOptions {
-        deadline: ASK_WITHIN,
-        stall: ASK_WITHIN,
-    };
-    let client = peers.client(id, addr);
-    match client
-        .call(RAFT_TERMS_METHOD, Bytes::from(args), None, &opts)
+    match peers
+        .ask(id, addr, RAFT_TERMS_METHOD, Bytes::from(args), ASK_WITHIN)
         .await
     {
-        Ok((payload, _)) => match TermReply::decode(&payload) {
+        Ok(payload) => match TermReply::decode(&payload) {
             Ok(reply) => Some(reply),
             Err(e) => {
                 tracing::debug!(group, peer = id, "undecodable vote answer: {e}");
