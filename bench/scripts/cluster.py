@@ -105,6 +105,8 @@ FILL_LIMIT = int(os.environ.get("FILL_LIMIT", "300"))
 PORT = int(os.environ.get("PORT", "9400"))
 PIN = os.environ.get("PIN", "1") == "1"
 STORE_CPU = os.environ.get("STORE_CPU", "")
+# Runtime workers of each store node (TOKIO_WORKER_THREADS); "" leaves tokio's default.
+STORE_WORKERS = os.environ.get("STORE_WORKERS", "")
 SERVER_CPU = ["taskset", "-c", "1"] if PIN else []
 LOADER_CPU = ["taskset", "-c", "0"] if PIN else []
 USER_HZ = os.sysconf("SC_CLK_TCK")
@@ -224,6 +226,7 @@ def cluster(port, gateways, extra_gateway_args=(), replicas=1):
                                       "--listen", f"127.0.0.1:{port + 9 + i}",
                                       "--cluster", cfile, "--node", f"store-{i}"],
                             os.path.join(s.dir, f"store-{i}.log"),
+                            {"TOKIO_WORKER_THREADS": STORE_WORKERS} if STORE_WORKERS else None,
                             ready=r"listening on rpc://"))
     if STORE_CPU:
         s.cap_stores(STORE_CPU)
@@ -297,7 +300,9 @@ def start_perf(setup):
         return None
     data = os.path.join(tempfile.gettempdir(), "laneway-cluster-perf.data")
     pids = ",".join(str(p.p.pid) for p in setup.procs)
-    return data, subprocess.Popen(["perf", "record", "-F", "499", "-g", "-o", data, "-p", pids,
+    # PERF_CALLS=dwarf unwinds with debug info (the binaries keep no frame pointers).
+    calls = ["--call-graph", os.environ["PERF_CALLS"]] if os.environ.get("PERF_CALLS") else ["-g"]
+    return data, subprocess.Popen(["perf", "record", "-F", "499", *calls, "-o", data, "-p", pids,
                                    "--", "sleep", "5"],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -342,8 +347,10 @@ def rf3put(s):
     one RF 3 cluster (REPLICAS=1: RF 1) once every group is healthy: per
     run the rate and the server CPU per PUT by role, and how many groups
     each store node leads. PERF=1 profiles the store nodes during the
-    second run; SYSCALLS=1 counts the store nodes' context switches and
-    system calls per PUT during the second run (`perf stat`, 5 s)."""
+    second run (PERF_RUN=n: the nth; PERF_CALLS=dwarf unwinds with debug
+    info); SYSCALLS=1 counts the store nodes' context switches and system
+    calls per PUT during the same run (`perf stat`, 5 s). STORE_WORKERS
+    sets the store nodes' runtime workers."""
     try:
         replicated = s.name != "cluster1"
         if replicated:
@@ -360,8 +367,10 @@ def rf3put(s):
             tenants.append((" (quota)", keys))
         for run in range(int(os.environ.get("ROUNDS", "3"))):
             for label, keys in tenants:
-                # Profiles and counts cover the second run of the last tenant.
-                watched = run == 1 and (label, keys) == tenants[-1]
+                # Profiles and counts cover the second run (PERF_RUN: another)
+                # of the last tenant.
+                watched = (run == int(os.environ.get("PERF_RUN", "2")) - 1
+                           and (label, keys) == tenants[-1])
                 perf = start_perf(s) if watched else None
                 calls = start_syscalls(s) if watched else None
                 out, cpu, _ = bench(s, ["put", "--endpoint", s.s3[0], "--concurrency", str(CONC),

@@ -25,19 +25,24 @@ SIZE = int(os.environ.get("SIZE", "4400"))
 ROUNDS = int(os.environ.get("ROUNDS", "2"))
 
 
-def run(directory, preallocated):
+def run(directory, preallocated, fallocate=False):
     path = os.path.join(directory, "syncbench.dat")
     if os.path.exists(path):
         os.remove(path)
     fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
     try:
-        if preallocated:
+        prep = resource.getrusage(resource.RUSAGE_SELF)
+        if fallocate:
+            os.posix_fallocate(fd, 0, COUNT * SIZE + (1 << 20))
+            os.fdatasync(fd)
+        elif preallocated:
             zeros = b"\0" * (1 << 20)
             for _ in range((COUNT * SIZE >> 20) + 1):
                 os.write(fd, zeros)
             os.fdatasync(fd)
         record = os.urandom(SIZE)
         before = resource.getrusage(resource.RUSAGE_SELF)
+        prep_cpu = (before.ru_utime - prep.ru_utime + before.ru_stime - prep.ru_stime)
         start = time.perf_counter()
         for i in range(COUNT):
             os.pwrite(fd, record, i * SIZE)
@@ -49,9 +54,10 @@ def run(directory, preallocated):
         os.remove(path)
     cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
     waits = after.ru_nvcsw - before.ru_nvcsw
-    kind = "preallocated" if preallocated else "growing     "
+    kind = "fallocated  " if fallocate else "preallocated" if preallocated else "growing     "
     print(f"{kind}: {COUNT / wall:6.0f} syncs/s, {1e6 * wall / COUNT:5.0f} us wall, "
-          f"{1e6 * cpu / COUNT:5.1f} us CPU, {waits / COUNT:.2f} waits per sync")
+          f"{1e6 * cpu / COUNT:5.1f} us CPU, {waits / COUNT:.2f} waits per sync; "
+          f"preparing the file {1e6 * prep_cpu / COUNT:5.1f} us CPU per append")
 
 
 def main():
@@ -61,6 +67,7 @@ def main():
     for _ in range(ROUNDS):
         run(directory, False)
         run(directory, True)
+        run(directory, False, fallocate=True)
 
 
 if __name__ == "__main__":

@@ -12,8 +12,10 @@
 //! group's appends, and a purge deletes whole segments.
 //!
 //! The parts:
-//! - [`record`]: what a record holds and how it is framed (length, CRC32C);
-//! - [`segment`]: segment files, created synced, read back at recovery;
+//! - [`record`]: what a record holds and how it is framed (length, CRC32C
+//!   stored masked with its segment's id);
+//! - [`segment`]: segment files, created synced (in a spare: zero-filled,
+//!   or a segment no group needs, reused), read back at recovery;
 //! - [`state`]: per group, the vote, committed and purged ids and where
 //!   each entry lies (kept in memory: about 64 bytes an entry, and a
 //!   group's log is bounded by its snapshot policy);
@@ -23,8 +25,8 @@
 //! Durability: an append, a truncation and a vote are synced before they
 //! are acknowledged; a purge and a committed id are written with the next
 //! sync (a purge lost in a crash leaves entries that are still there). A
-//! segment is deleted only after everything that makes it unneeded was
-//! synced.
+//! segment is deleted (or reused) only after everything that makes it
+//! unneeded was synced.
 
 pub mod log;
 pub mod record;
@@ -42,11 +44,11 @@ use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use tokio::sync::mpsc;
-use writer::{Job, Pending, Writer, lock};
+use writer::{Counters, Job, Pending, Writer, lock};
 
 /// Most jobs waiting for the writer thread; past it a group's call waits
 /// (each group has at most one append in flight, so this is never reached
@@ -65,7 +67,7 @@ struct Shared {
     state: Arc<Mutex<WalState>>,
     jobs: Option<mpsc::Sender<Job>>,
     thread: Option<JoinHandle<()>>,
-    relocated: Arc<AtomicU64>,
+    counters: Arc<Counters>,
 }
 
 impl Drop for Shared {
@@ -90,6 +92,9 @@ pub struct WalStats {
     pub groups: u64,
     /// Bytes written again by relocations since the file was opened.
     pub relocated_bytes: u64,
+    /// Segments begun in the file of one no group needed, since the file
+    /// was opened.
+    pub reused_segments: u64,
 }
 
 impl Wal {
@@ -124,14 +129,14 @@ impl Wal {
         }
         let tail = open_tail(dir, &mut state)?;
         let state = Arc::new(Mutex::new(state));
-        let relocated = Arc::new(AtomicU64::new(0));
+        let counters = Arc::new(Counters::default());
         let (tx, rx) = mpsc::channel(QUEUED_JOBS);
         let writer = Writer::new(
             dir.to_path_buf(),
             Arc::clone(&state),
             limits,
             tail,
-            Arc::clone(&relocated),
+            Arc::clone(&counters),
         );
         let thread = std::thread::Builder::new()
             .name("raft-wal".into())
@@ -142,7 +147,7 @@ impl Wal {
                 state,
                 jobs: Some(tx),
                 thread: Some(thread),
-                relocated,
+                counters,
             }),
         })
     }
@@ -165,7 +170,8 @@ impl Wal {
             disk_bytes: state.disk_bytes(),
             live_bytes: state.live_bytes(),
             groups: state.groups.len() as u64,
-            relocated_bytes: self.shared.relocated.load(Ordering::Relaxed),
+            relocated_bytes: self.shared.counters.relocated_bytes.load(Ordering::Relaxed),
+            reused_segments: self.shared.counters.reused_segments.load(Ordering::Relaxed),
         }
     }
 
@@ -209,12 +215,12 @@ impl Wal {
                 .get(&group)
                 .map(|g| g.range(start, end))
                 .unwrap_or_default();
-            let files: BTreeMap<u64, Arc<File>> = locations
+            let files: BTreeMap<u64, (Arc<File>, u32)> = locations
                 .iter()
                 .filter_map(|l| {
                     s.segments
                         .get(&l.segment)
-                        .map(|f| (l.segment, Arc::clone(&f.file)))
+                        .map(|f| (l.segment, (Arc::clone(&f.file), f.mask)))
                 })
                 .collect();
             (locations, files)
@@ -226,20 +232,23 @@ impl Wal {
 /// Decode the entries at `locations`, reading each record once.
 fn read_locations(
     locations: &[Location],
-    files: &BTreeMap<u64, Arc<File>>,
+    files: &BTreeMap<u64, (Arc<File>, u32)>,
 ) -> io::Result<Vec<LogEntry>> {
     let mut out = Vec::with_capacity(locations.len());
     let mut body: Option<((u64, u64), Vec<u8>)> = None;
     for l in locations {
         let key = (l.segment, l.record);
         if body.as_ref().is_none_or(|(k, _)| *k != key) {
-            let file = files.get(&l.segment).ok_or_else(|| {
+            let (file, mask) = files.get(&l.segment).ok_or_else(|| {
                 io::Error::new(
                     io::ErrorKind::NotFound,
                     format!("raft log segment {} is missing", l.segment),
                 )
             })?;
-            body = Some((key, segment::read_record(file, l.record, l.body_len)?));
+            body = Some((
+                key,
+                segment::read_record(file, l.record, l.body_len, *mask)?,
+            ));
         }
         if let Some((_, b)) = &body {
             out.push(
@@ -254,7 +263,7 @@ fn read_locations(
 /// (`newest`) is cut off, damage elsewhere is an error.
 fn recover_segment(dir: &Path, id: u64, newest: bool, state: &mut WalState) -> io::Result<()> {
     let path = segment::path(dir, id);
-    let scan = segment::scan(&path, |offset, body| {
+    let scan = segment::scan(&path, id, |offset, body| {
         let record =
             Record::decode(body).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
         let body_len = u32::try_from(body.len()).map_err(io::Error::other)?;
@@ -272,10 +281,13 @@ fn recover_segment(dir: &Path, id: u64, newest: bool, state: &mut WalState) -> i
                 ),
             ));
         }
-        tracing::warn!(
+        // A reused file's old records follow the newest segment's last
+        // one after every restart; a torn write only after a crash.
+        tracing::info!(
             segment = %path.display(),
             at = scan.valid,
-            "raft log: cutting off a torn record at the end (a write a crash interrupted)"
+            "raft log: cutting the newest segment off after its last whole record \
+             (a torn write a crash interrupted, or the old records of a reused file)"
         );
         let file = OpenOptions::new().write(true).open(&path)?;
         file.set_len(scan.valid)?;
@@ -286,6 +298,7 @@ fn recover_segment(dir: &Path, id: u64, newest: bool, state: &mut WalState) -> i
         Segment {
             file: Arc::new(File::open(&path)?),
             bytes: scan.valid,
+            mask: scan.mask,
         },
     );
     Ok(())
@@ -336,15 +349,16 @@ fn open_tail(dir: &Path, state: &mut WalState) -> io::Result<(u64, File, u64)> {
         std::fs::remove_file(segment::path(dir, id))?;
     }
     let id = state.segments.keys().next_back().map_or(1, |id| id + 1);
-    let (file, len) = segment::create(dir, id, &[], false)?;
+    let created = segment::create(dir, id, &[], false)?;
     state.segments.insert(
         id,
         Segment {
             file: Arc::new(File::open(segment::path(dir, id))?),
-            bytes: len,
+            bytes: created.len,
+            mask: record::mask(id),
         },
     );
-    Ok((id, file, len))
+    Ok((id, created.file, created.len))
 }
 
 #[cfg(test)]

@@ -31,9 +31,58 @@ use openraft::Vote;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-/// The first bytes of every segment file: "LWWAL", two zero bytes, and the
-/// format version (1).
-pub const SEGMENT_MAGIC: [u8; 8] = *b"LWWAL\0\0\x01";
+/// The first bytes of a segment file: "LWWAL", two zero bytes, and the
+/// format version (2: every record's CRC is stored XORed with the
+/// segment's [`mask`]).
+pub const SEGMENT_MAGIC: [u8; 8] = *b"LWWAL\0\0\x02";
+
+/// The first bytes of a segment of format 1, whose CRCs are stored as they
+/// are (written before segment files were reused; still read, and
+/// appended to when one is the newest).
+pub const SEGMENT_MAGIC_V1: [u8; 8] = *b"LWWAL\0\0\x01";
+
+/// What the CRCs of segment `id`'s records are stored XORed with.
+///
+/// Why: a segment may be begun in the file of one deleted before
+/// ([`super::segment`], "Reuse"), whose old records still follow the new
+/// ones. An old record whose CRC was masked for another segment never
+/// passes the check of this one: the mask is a bijection of the id's low
+/// 32 bits (an odd multiplier), so it differs for any two ids below 2^32,
+/// and is never 0 for them, so format-1 records (unmasked) never pass
+/// either.
+pub fn mask(id: u64) -> u32 {
+    let low = u32::try_from(id & u64::from(u32::MAX)).unwrap_or(0);
+    low.wrapping_mul(0x9E37_79B1)
+}
+
+/// The mask of a segment whose header is `magic`: `None` when it is no
+/// segment header this build reads.
+pub fn mask_for(magic: &[u8; 8], id: u64) -> Option<u32> {
+    if *magic == SEGMENT_MAGIC {
+        Some(mask(id))
+    } else if *magic == SEGMENT_MAGIC_V1 {
+        Some(0)
+    } else {
+        None
+    }
+}
+
+/// XOR the stored CRC of every record in `frames` (whole framed records,
+/// back to back) with `mask`.
+pub fn mask_frames(frames: &mut [u8], mask: u32) {
+    if mask == 0 {
+        return;
+    }
+    let mut at = 0;
+    while at + FRAME_HEADER <= frames.len() {
+        let header: [u8; FRAME_HEADER] = frames[at..at + FRAME_HEADER]
+            .try_into()
+            .unwrap_or([0; FRAME_HEADER]);
+        let (body_len, sum) = parse_header(&header);
+        frames[at + 4..at + FRAME_HEADER].copy_from_slice(&(sum ^ mask).to_le_bytes());
+        at = at.saturating_add(FRAME_HEADER).saturating_add(body_len);
+    }
+}
 
 /// Bytes before a record's body: its length and its CRC.
 pub const FRAME_HEADER: usize = 8;
@@ -414,6 +463,34 @@ mod tests {
             log_id: LogId::new(openraft::CommittedLeaderId::new(term, 2), index),
             payload: openraft::EntryPayload::Normal(Mutation::of_batch(&batch)),
         }
+    }
+
+    #[test]
+    fn masks_differ_between_segments_and_are_never_zero() {
+        let masks: std::collections::HashSet<u32> = (1..=100_000u64).map(mask).collect();
+        assert_eq!(masks.len(), 100_000);
+        assert!(!masks.contains(&0));
+        // Format 1 reads unmasked; no other header is a segment's.
+        assert_eq!(mask_for(&SEGMENT_MAGIC_V1, 7), Some(0));
+        assert_eq!(mask_for(&SEGMENT_MAGIC, 7), Some(mask(7)));
+        assert_eq!(mask_for(b"LWWAL\0\0\x03", 7), None);
+    }
+
+    #[test]
+    fn masking_frames_changes_only_their_crcs_and_undoes_itself() {
+        let a = Framed::vote(1, &Vote::new(3, 1)).expect("vote");
+        let b = Framed::entries(Kind::Entries, 2, &[entry(1, 1, 40)]).expect("entries");
+        let mut frames = [a.bytes.clone(), b.bytes.clone()].concat();
+        mask_frames(&mut frames, mask(9));
+        let second = a.bytes.len();
+        let stored =
+            |at: usize, f: &[u8]| u32::from_le_bytes(f[at + 4..at + 8].try_into().expect("4"));
+        assert_eq!(stored(0, &frames), stored(0, &a.bytes) ^ mask(9));
+        assert_eq!(stored(second, &frames), stored(0, &b.bytes) ^ mask(9));
+        assert_eq!(frames[8..second], a.bytes[8..]);
+        assert_eq!(frames[second + 8..], b.bytes[8..]);
+        mask_frames(&mut frames, mask(9));
+        assert_eq!(frames, [a.bytes, b.bytes].concat());
     }
 
     fn body(framed: &Framed) -> &[u8] {

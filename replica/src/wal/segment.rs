@@ -21,8 +21,28 @@
 //! frame header of zeros ends the scan, and is a clean end when every
 //! byte after it is zero too; anything else there is a torn write and is
 //! cut off like any other.
+//!
+//! Reuse: a segment the groups no longer need is not deleted when no
+//! spare is ready; its file becomes the spare ([`SPARE`]) and the next
+//! segment is begun in it, over its old records. The blocks exist and were
+//! written, so the appends are overwrites as in a zero-filled spare, and
+//! nothing is written twice (zero-filling a spare wrote as many bytes as
+//! the log itself, and copying them into the page cache cost the store
+//! nodes about as much CPU as the log thread did: docs/benchmarks.md,
+//! "Reused log segments"). The old records after the new ones never read
+//! as the new segment's: every record's CRC is stored XORed with its
+//! segment's mask ([`super::record::mask`]), so an old record fails the
+//! check where a scan reaches it, which ends the segment there. Only the
+//! newest segment has such a tail: a segment is cut to what it holds
+//! when the next is begun, and recovery cuts the newest one's (as it cuts
+//! a torn write), so every older segment ends where its last record does,
+//! and damage there is still refused. A spare that an earlier run left
+//! (perhaps already holding the header of the segment it was to become)
+//! is never begun in: it is filled with zeros again or replaced.
 
-use super::record::{FRAME_HEADER, MAX_BODY, SEGMENT_MAGIC, crc, parse_header};
+use super::record::{
+    FRAME_HEADER, MAX_BODY, SEGMENT_MAGIC, crc, mask, mask_for, mask_frames, parse_header,
+};
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufReader, Read, Write};
 use std::os::unix::fs::FileExt;
@@ -60,16 +80,26 @@ pub fn list(dir: &Path) -> io::Result<Vec<u64>> {
     Ok(ids)
 }
 
+/// A segment just created.
+pub struct Created {
+    /// Opened for writing (appends are written at their offset).
+    pub file: File,
+    /// Its length: the header and the first records.
+    pub len: u64,
+    /// Its size on disk (more than `len` when begun in a spare).
+    pub allocated: u64,
+}
+
 /// Create segment `id` in `dir` holding its header and `first` (records
-/// already framed), synced, with the directory synced too; returns the
-/// file opened for writing (appends are written at their offset) and its
-/// length. With `spare`, the segment is begun in the prepared spare file
-/// (see [`prepare_spare`]) and renamed into place; otherwise it is a new
-/// file that grows with every append.
-pub fn create(dir: &Path, id: u64, first: &[u8], spare: bool) -> io::Result<(File, u64)> {
+/// framed, their CRCs not yet masked), synced, with the directory synced
+/// too. With `spare`, the segment is begun in the spare file (zero-filled
+/// by [`prepare_spare`], or a segment reused) and renamed into place;
+/// otherwise it is a new file that grows with every append.
+pub fn create(dir: &Path, id: u64, first: &[u8], spare: bool) -> io::Result<Created> {
     let mut bytes = Vec::with_capacity(SEGMENT_MAGIC.len() + first.len());
     bytes.extend_from_slice(&SEGMENT_MAGIC);
     bytes.extend_from_slice(first);
+    mask_frames(&mut bytes[SEGMENT_MAGIC.len()..], mask(id));
     let file = if spare {
         let file = OpenOptions::new().write(true).open(dir.join(SPARE))?;
         file.write_all_at(&bytes, 0)?;
@@ -86,7 +116,13 @@ pub fn create(dir: &Path, id: u64, first: &[u8], spare: bool) -> io::Result<(Fil
         file
     };
     sync_dir(dir)?;
-    Ok((file, bytes.len() as u64))
+    let len = bytes.len() as u64;
+    let allocated = file.metadata()?.len().max(len);
+    Ok(Created {
+        file,
+        len,
+        allocated,
+    })
 }
 
 /// Fill the spare file in `dir` with `bytes` zeros and sync it, so the
@@ -129,24 +165,33 @@ pub struct Scan {
     /// The length of the segment up to the last whole record.
     pub valid: u64,
     /// Whether anything but zeros followed the last whole record (a torn
-    /// or damaged record); zeros are the preallocated rest of a segment.
+    /// or damaged record, or a reused file's old records); zeros are the
+    /// preallocated rest of a segment.
     pub damaged: bool,
+    /// What its records' CRCs are stored XORed with (0: format 1).
+    pub mask: u32,
 }
 
-/// Read segment `path` through, calling `each` on every whole record in
-/// order (with its offset and body); stops at the first torn or damaged
-/// record.
-pub fn scan(path: &Path, mut each: impl FnMut(u64, &[u8]) -> io::Result<()>) -> io::Result<Scan> {
+/// Read segment `id` at `path` through, calling `each` on every whole
+/// record in order (with its offset and body); stops at the first torn or
+/// damaged record (or a reused file's first old one).
+pub fn scan(
+    path: &Path,
+    id: u64,
+    mut each: impl FnMut(u64, &[u8]) -> io::Result<()>,
+) -> io::Result<Scan> {
     let file = File::open(path)?;
     let len = file.metadata()?.len();
     let mut reader = BufReader::with_capacity(1 << 20, file);
     let mut magic = [0u8; SEGMENT_MAGIC.len()];
-    if read_full(&mut reader, &mut magic)? < magic.len() || magic != SEGMENT_MAGIC {
+    let got = read_full(&mut reader, &mut magic)?;
+    let Some(mask) = mask_for(&magic, id).filter(|_| got == magic.len()) else {
         return Ok(Scan {
             valid: 0,
             damaged: len > 0,
+            mask: 0,
         });
-    }
+    };
     let mut at = SEGMENT_MAGIC.len() as u64;
     let mut body = Vec::new();
     loop {
@@ -160,6 +205,7 @@ pub fn scan(path: &Path, mut each: impl FnMut(u64, &[u8]) -> io::Result<()>) -> 
             return Ok(Scan {
                 valid: at,
                 damaged: !rest_is_zero(&mut reader)?,
+                mask,
             });
         }
         let (body_len, sum) = parse_header(&header);
@@ -168,13 +214,15 @@ pub fn scan(path: &Path, mut each: impl FnMut(u64, &[u8]) -> io::Result<()>) -> 
             return Ok(Scan {
                 valid: at,
                 damaged: true,
+                mask,
             });
         }
         body.resize(body_len, 0);
-        if read_full(&mut reader, &mut body)? < body_len || crc(&body) != sum {
+        if read_full(&mut reader, &mut body)? < body_len || crc(&body) ^ mask != sum {
             return Ok(Scan {
                 valid: at,
                 damaged: true,
+                mask,
             });
         }
         each(at, &body)?;
@@ -183,6 +231,7 @@ pub fn scan(path: &Path, mut each: impl FnMut(u64, &[u8]) -> io::Result<()>) -> 
     Ok(Scan {
         valid: at,
         damaged: false,
+        mask,
     })
 }
 
@@ -214,16 +263,17 @@ fn read_full(reader: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
     Ok(got)
 }
 
-/// Read the record whose header is at `offset` in `file`, with a body of
-/// `body_len` bytes, and check its CRC.
-pub fn read_record(file: &File, offset: u64, body_len: u32) -> io::Result<Vec<u8>> {
+/// Read the record whose header is at `offset` in `file` (a segment whose
+/// CRCs are masked with `mask`), with a body of `body_len` bytes, and
+/// check its CRC.
+pub fn read_record(file: &File, offset: u64, body_len: u32, mask: u32) -> io::Result<Vec<u8>> {
     let len = usize::try_from(body_len).map_err(io::Error::other)?;
     let mut bytes = vec![0u8; FRAME_HEADER + len];
     file.read_exact_at(&mut bytes, offset)?;
     let header: [u8; FRAME_HEADER] = bytes[..FRAME_HEADER].try_into().map_err(io::Error::other)?;
     let (got_len, sum) = parse_header(&header);
     let body = bytes.split_off(FRAME_HEADER);
-    if got_len != len || crc(&body) != sum {
+    if got_len != len || crc(&body) ^ mask != sum {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
             format!("raft log record at {offset} is damaged"),

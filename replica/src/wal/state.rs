@@ -153,6 +153,9 @@ pub struct Segment {
     pub file: Arc<File>,
     /// Its length.
     pub bytes: u64,
+    /// What its records' CRCs are stored XORed with
+    /// ([`super::record::mask`]; 0 for a segment of format 1).
+    pub mask: u32,
 }
 
 /// Every group and segment of the file.

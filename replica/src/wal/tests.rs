@@ -5,7 +5,9 @@
 //! tiny segments, reopened every few steps) always reads back what a plain
 //! in-memory model holds; segments begun in preallocated spares reopen
 //! where their records end, and a torn write into the zeros is cut off; a
-//! forgotten group comes back empty and holds no segment; and a writer
+//! forgotten group comes back empty and holds no segment; segments no
+//! group needs are reused, and neither the old records after a reused
+//! file's new ones nor anything else stale reads back; and a writer
 //! process killed with SIGKILL mid-run,
 //! again and again on one directory, never loses an append it
 //! acknowledged.
@@ -288,6 +290,15 @@ fn a_torn_tail_is_cut_off_and_damage_elsewhere_refused() {
     assert_eq!(err.kind(), std::io::ErrorKind::InvalidData, "{err}");
 }
 
+/// The id of the segment at `path`.
+fn id_of(path: &std::path::Path) -> u64 {
+    let name = path.file_name().and_then(|n| n.to_str()).expect("name");
+    name.strip_suffix(".wal")
+        .expect(".wal")
+        .parse()
+        .expect("id")
+}
+
 /// Append to group 1 until the newest segment was begun in a preallocated
 /// spare (its file is longer than the records it holds); returns how many
 /// entries were appended and the segment's path.
@@ -297,7 +308,7 @@ async fn fill_into_a_spare(wal: &Wal, dir: &std::path::Path) -> (u64, std::path:
         append(&mut log, vec![entry(1, i, 400)]).await;
         let ids = segment::list(dir).expect("list");
         let newest = segment::path(dir, *ids.last().expect("one"));
-        let held = segment::scan(&newest, |_, _| Ok(())).expect("scan");
+        let held = segment::scan(&newest, id_of(&newest), |_, _| Ok(())).expect("scan");
         let on_disk = std::fs::metadata(&newest).expect("stat").len();
         if ids.len() > 1 && on_disk > held.valid {
             assert_eq!(on_disk, tiny().segment_bytes, "the spare's size");
@@ -345,12 +356,18 @@ fn a_torn_write_into_preallocated_space_is_cut_off() {
             let wal = Wal::open_with(dir.path(), tiny()).expect("open");
             fill_into_a_spare(&wal, dir.path()).await
         });
-        let end = segment::scan(&newest, |_, _| Ok(())).expect("scan").valid;
+        let end = segment::scan(&newest, id_of(&newest), |_, _| Ok(()))
+            .expect("scan")
+            .valid;
         let f = OpenOptions::new().write(true).open(&newest).expect("open");
         f.write_all_at(&[200, 0, 0, 0, 1, 2, 3, 4, 9, 9], end + gap)
             .expect("write");
         drop(f);
-        assert!(segment::scan(&newest, |_, _| Ok(())).expect("scan").damaged);
+        assert!(
+            segment::scan(&newest, id_of(&newest), |_, _| Ok(()))
+                .expect("scan")
+                .damaged
+        );
         rt.block_on(async {
             let wal = Wal::open_with(dir.path(), tiny()).expect("reopen");
             let mut log = wal.log(1);
@@ -364,6 +381,138 @@ fn a_torn_write_into_preallocated_space_is_cut_off() {
             assert_eq!(got.last(), Some(&entry(1, n + 1, 10)));
         });
     }
+}
+
+#[test]
+fn a_reused_file_s_old_records_end_the_new_segment_where_its_own_do() {
+    // Segment 5 holds two records; its file becomes the spare and segment
+    // 6 is begun in it with a first record of the same length as 5's
+    // first, so 5's second record starts exactly where 6's would.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let a = record::Framed::vote(1, &Vote::new(4, 1)).expect("a").bytes;
+    let b = record::Framed::vote(1, &Vote::new(5, 1)).expect("b").bytes;
+    let c = record::Framed::vote(1, &Vote::new(6, 1)).expect("c").bytes;
+    assert_eq!(a.len(), c.len());
+    let old = segment::create(dir.path(), 5, &[a, b].concat(), false).expect("5");
+    drop(old.file);
+    let mut seen = 0;
+    segment::scan(&segment::path(dir.path(), 5), 5, |_, _| {
+        seen += 1;
+        Ok(())
+    })
+    .expect("scan 5");
+    assert_eq!(seen, 2);
+    std::fs::rename(
+        segment::path(dir.path(), 5),
+        dir.path().join(segment::SPARE),
+    )
+    .expect("rename");
+    let new = segment::create(dir.path(), 6, &c, true).expect("6");
+    assert!(new.allocated > new.len, "begun over the old records");
+    let mut bodies = Vec::new();
+    let scan = segment::scan(&segment::path(dir.path(), 6), 6, |_, body| {
+        bodies.push(body.to_vec());
+        Ok(())
+    })
+    .expect("scan 6");
+    assert_eq!(bodies, vec![c[record::FRAME_HEADER..].to_vec()]);
+    assert_eq!(scan.valid, new.len);
+    assert!(scan.damaged, "the old record follows, and fails the check");
+    // Read as segment 5 (the mask its records were written with), the new
+    // segment's own record fails instead.
+    assert_eq!(
+        segment::scan(&segment::path(dir.path(), 6), 5, |_, _| Ok(()))
+            .expect("scan")
+            .valid,
+        record::SEGMENT_MAGIC.len() as u64
+    );
+}
+
+#[test]
+fn a_log_of_format_1_opens_and_takes_appends_unmasked_until_its_next_segment() {
+    // A log written before CRCs were masked: segment 1, unmasked records.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let first = record::Framed::entries(
+        record::Kind::Entries,
+        1,
+        &[entry(1, 1, 300), entry(1, 2, 300)],
+    )
+    .expect("framed")
+    .bytes;
+    std::fs::write(
+        segment::path(dir.path(), 1),
+        [&record::SEGMENT_MAGIC_V1[..], &first].concat(),
+    )
+    .expect("write");
+    let rt = runtime();
+    rt.block_on(async {
+        let wal = Wal::open_with(dir.path(), tiny()).expect("open");
+        let mut log = wal.log(1);
+        assert_eq!(
+            all(&mut log).await,
+            vec![entry(1, 1, 300), entry(1, 2, 300)]
+        );
+        append(&mut log, vec![entry(1, 3, 300)]).await;
+    });
+    let bytes = std::fs::read(segment::path(dir.path(), 1)).expect("read");
+    assert_eq!(bytes[..8], record::SEGMENT_MAGIC_V1, "still format 1");
+    rt.block_on(async {
+        let wal = Wal::open_with(dir.path(), tiny()).expect("reopen");
+        let mut log = wal.log(1);
+        assert_eq!(all(&mut log).await.len(), 3);
+        // Past a rotation, new segments are of format 2 and all reads back.
+        for i in 4..=200 {
+            append(&mut log, vec![entry(1, i, 300)]).await;
+        }
+    });
+    let ids = segment::list(dir.path()).expect("list");
+    assert!(ids.len() > 1, "{ids:?}");
+    let newest = std::fs::read(segment::path(dir.path(), *ids.last().expect("one"))).expect("read");
+    assert_eq!(newest[..8], record::SEGMENT_MAGIC);
+    rt.block_on(async {
+        let wal = Wal::open_with(dir.path(), tiny()).expect("reopen");
+        let got = all(&mut wal.log(1)).await;
+        assert_eq!(got.len(), 200);
+        assert_eq!(got[0], entry(1, 1, 300));
+        assert_eq!(got[199], entry(1, 200, 300));
+    });
+}
+
+#[test]
+fn segments_no_group_needs_are_reused_and_what_reopens_is_exactly_what_was_kept() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = runtime();
+    let mut stale_tail_seen = false;
+    let mut last = 0u64;
+    for round in 0..4u64 {
+        rt.block_on(async {
+            let wal = Wal::open_with(dir.path(), tiny()).expect("open");
+            let mut log = wal.log(1);
+            let kept: Vec<u64> = all(&mut log).await.iter().map(|e| e.log_id.index).collect();
+            let from = (last + 1).saturating_sub(10).max(1);
+            assert_eq!(kept, (from..=last).collect::<Vec<u64>>(), "round {round}");
+            for e in all(&mut log).await {
+                assert_eq!(e, entry(1, e.log_id.index, 500), "round {round}");
+            }
+            for i in last + 1..=last + 300 {
+                append(&mut log, vec![entry(1, i, 500)]).await;
+                if i % 10 == 0 {
+                    log.purge(id(1, i - 10)).await.expect("purge");
+                }
+                let ids = segment::list(dir.path()).expect("list");
+                let newest = segment::path(dir.path(), *ids.last().expect("one"));
+                let scan = segment::scan(&newest, id_of(&newest), |_, _| Ok(())).expect("scan");
+                stale_tail_seen |= scan.damaged;
+            }
+            last += 300;
+            assert!(
+                wal.stats().reused_segments > 0,
+                "round {round}: {:?}",
+                wal.stats()
+            );
+        });
+    }
+    assert!(stale_tail_seen, "no segment was begun over old records");
 }
 
 /// The model of one group's log.

@@ -21,10 +21,13 @@
 //! idle partition, a replica that moved away) therefore never holds the
 //! whole file on disk.
 //!
-//! Segments are preallocated ([`segment::prepare_spare`]): once the
-//! segment being written holds [`PREPARE_AFTER`] bytes, a helper thread
-//! fills a spare file with zeros and syncs it, and the next segment is
-//! begun in it, so no sync has to write the file's new size. A segment
+//! Segments are preallocated: the next segment is begun in a spare file,
+//! so no sync has to write the file's new size. The spare is a segment no
+//! group needs any more, kept instead of deleted when collected
+//! ([`Writer::collect`]; see [`segment`], "Reuse"), or, while none is, a
+//! file that a helper thread fills with zeros and syncs
+//! ([`segment::prepare_spare`]) once the segment being written holds
+//! [`PREPARE_AFTER`] bytes. A segment
 //! that grows (the first of a new log, or one reopened after a torn
 //! write was cut off) is closed as soon as a spare is ready.
 //!
@@ -33,7 +36,7 @@
 //! every later job: the node must be restarted, and recovery reads back
 //! what reached the disk.
 
-use super::record::{Framed, Kind, entry_bytes};
+use super::record::{Framed, Kind, entry_bytes, mask, mask_frames};
 use super::segment;
 use super::state::{Location, WalState};
 use crate::types::{LogId, NodeId};
@@ -42,6 +45,7 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use tokio::sync::{mpsc, oneshot};
@@ -130,10 +134,20 @@ pub struct Writer {
     /// The size the segment had on disk when it was begun: appends below
     /// it write into preallocated blocks.
     preallocated: u64,
+    /// What the segment's records' CRCs are stored XORed with.
+    mask: u32,
     spare: Spare,
     failed: Option<String>,
+    counters: Arc<Counters>,
+}
+
+/// What the writer counts, for [`super::WalStats`].
+#[derive(Debug, Default)]
+pub struct Counters {
     /// Bytes written by relocations since the file was opened.
-    relocated: Arc<std::sync::atomic::AtomicU64>,
+    pub relocated_bytes: AtomicU64,
+    /// Doomed segments made the spare since the file was opened.
+    pub reused_segments: AtomicU64,
 }
 
 /// The spare file the next segment is begun in.
@@ -142,7 +156,7 @@ enum Spare {
     None,
     /// A helper thread is filling it.
     Preparing(JoinHandle<io::Result<()>>),
-    /// Filled and synced.
+    /// Filled and synced, or a segment no group needed, reused.
     Ready,
     /// Preparing it failed while segment (the id) was written; tried again
     /// with the next segment.
@@ -162,9 +176,13 @@ impl Writer {
         state: Arc<Mutex<WalState>>,
         limits: Limits,
         (segment, file, len): (u64, File, u64),
-        relocated: Arc<std::sync::atomic::AtomicU64>,
+        counters: Arc<Counters>,
     ) -> Writer {
         let preallocated = file.metadata().map_or(len, |m| m.len());
+        let mask = lock(&state)
+            .segments
+            .get(&segment)
+            .map_or(mask(segment), |s| s.mask);
         Writer {
             dir,
             state,
@@ -173,9 +191,10 @@ impl Writer {
             segment,
             len,
             preallocated,
+            mask,
             spare: Spare::None,
             failed: None,
-            relocated,
+            counters,
         }
     }
 
@@ -226,14 +245,14 @@ impl Writer {
         let sync = turn.iter().any(|j| j.sync);
         // One write for the turn: a lone record (the common turn) as it
         // is, several joined.
-        let written = match effects.as_slice() {
-            [(_, _, only)] => self.append(&only.framed.bytes, sync),
+        let written = match effects.as_mut_slice() {
+            [(_, _, only)] => self.append(&mut only.framed.bytes, sync),
             many => {
                 let mut joined = Vec::with_capacity(usize::try_from(at - self.len).unwrap_or(0));
-                for (_, _, p) in many {
+                for (_, _, p) in many.iter() {
                     joined.extend_from_slice(&p.framed.bytes);
                 }
-                self.append(&joined, sync)
+                self.append(&mut joined, sync)
             }
         };
         if let Err(e) = written {
@@ -249,9 +268,11 @@ impl Writer {
         Ok(())
     }
 
-    /// Append `buf` to the segment (written at its offset: a preallocated
-    /// segment is longer than what it holds), and sync it when `sync`.
-    fn append(&mut self, buf: &[u8], sync: bool) -> io::Result<()> {
+    /// Append `buf` (whole framed records, their CRCs masked here) to the
+    /// segment (written at its offset: a preallocated segment is longer
+    /// than what it holds), and sync it when `sync`.
+    fn append(&mut self, buf: &mut [u8], sync: bool) -> io::Result<()> {
+        mask_frames(buf, self.mask);
         self.file.write_all_at(buf, self.len)?;
         self.len += buf.len() as u64;
         if sync {
@@ -347,16 +368,20 @@ impl Writer {
     }
 
     /// Sync this segment (cut to what it holds, if it was preallocated
-    /// further) and begin the next with a checkpoint of every group, in
+    /// further: old records of a reused file may follow only the newest
+    /// segment's, where recovery cuts them off) and begin the next with a checkpoint of every group, in
     /// the spare file when `spare`.
     fn rotate(&mut self, spare: bool) -> io::Result<()> {
-        if self.preallocated > self.len {
+        if self.file.metadata()?.len() > self.len {
             self.file.set_len(self.len)?;
+            self.file.sync_all()?;
+        } else {
+            self.file.sync_data()?;
         }
-        self.file.sync_data()?;
         let checkpoint = checkpoint(&lock(&self.state))?;
         let next = self.segment + 1;
-        let (file, len) = segment::create(&self.dir, next, &checkpoint, spare)?;
+        let created = segment::create(&self.dir, next, &checkpoint, spare)?;
+        let (file, len) = (created.file, created.len);
         if spare {
             self.spare = Spare::None;
         }
@@ -366,13 +391,11 @@ impl Writer {
             super::state::Segment {
                 file: Arc::new(reader),
                 bytes: len,
+                mask: mask(next),
             },
         );
-        self.preallocated = if spare {
-            self.limits.segment_bytes.max(len)
-        } else {
-            len
-        };
+        self.preallocated = created.allocated;
+        self.mask = mask(next);
         self.file = file;
         self.segment = next;
         self.len = len;
@@ -384,27 +407,49 @@ impl Writer {
     /// or a relocation just synced), so no purge these deletions rest on
     /// can be lost.
     fn collect(&mut self) -> io::Result<()> {
-        let doomed: Vec<u64> = {
+        let doomed: Vec<(u64, super::state::Segment)> = {
             let mut state = lock(&self.state);
             let keep = state
                 .oldest_needed()
                 .unwrap_or(self.segment)
                 .min(self.segment);
-            let doomed: Vec<u64> = state.segments.range(..keep).map(|(id, _)| *id).collect();
-            for id in &doomed {
-                state.segments.remove(id);
-            }
-            doomed
+            let ids: Vec<u64> = state.segments.range(..keep).map(|(id, _)| *id).collect();
+            ids.into_iter()
+                .filter_map(|id| state.segments.remove(&id).map(|s| (id, s)))
+                .collect()
         };
         if doomed.is_empty() {
             return Ok(());
         }
-        for id in &doomed {
-            std::fs::remove_file(segment::path(&self.dir, *id))?;
+        // The newest doomed segment is the likeliest still in the page cache.
+        for (id, doomed) in doomed.into_iter().rev() {
+            if self.reusable(&doomed) {
+                std::fs::rename(segment::path(&self.dir, id), self.dir.join(segment::SPARE))?;
+                self.spare = Spare::Ready;
+                self.counters
+                    .reused_segments
+                    .fetch_add(1, Ordering::Relaxed);
+            } else {
+                std::fs::remove_file(segment::path(&self.dir, id))?;
+            }
         }
         // A deleted segment must not come back after a crash while a later
         // one it depended on (say, holding a truncation) stays deleted.
         segment::sync_dir(&self.dir)
+    }
+
+    /// Whether `doomed` (a segment no group needs, out of the state) may
+    /// become the spare: none is ready or being filled, nobody reads it
+    /// (a reader holds its file while it reads; it could not be handed
+    /// out again, being out of the state), and it is a whole segment long,
+    /// so the next segment is preallocated.
+    fn reusable(&self, doomed: &super::state::Segment) -> bool {
+        matches!(self.spare, Spare::None | Spare::Failed(_))
+            && Arc::strong_count(&doomed.file) == 1
+            && doomed
+                .file
+                .metadata()
+                .is_ok_and(|m| m.len() >= self.limits.segment_bytes)
     }
 
     /// Whether the file holds more than twice what the groups need, plus
@@ -425,12 +470,16 @@ impl Writer {
     /// is); returns the bytes written.
     fn relocate(&mut self, segment: u64) -> io::Result<u64> {
         let before = self.len;
-        let (found, file) = {
+        let (found, file, mask) = {
             let state = lock(&self.state);
-            let Some(file) = state.segments.get(&segment).map(|s| Arc::clone(&s.file)) else {
+            let Some((file, mask)) = state
+                .segments
+                .get(&segment)
+                .map(|s| (Arc::clone(&s.file), s.mask))
+            else {
                 return Ok(0);
             };
-            (state.entries_in(segment), file)
+            (state.entries_in(segment), file, mask)
         };
         for (group, locations) in found {
             let mut chunk: Vec<(LogId, Vec<u8>)> = Vec::new();
@@ -438,7 +487,10 @@ impl Writer {
             let mut body: Option<(u64, Vec<u8>)> = None;
             for l in &locations {
                 if body.as_ref().is_none_or(|(at, _)| *at != l.record) {
-                    body = Some((l.record, segment::read_record(&file, l.record, l.body_len)?));
+                    body = Some((
+                        l.record,
+                        segment::read_record(&file, l.record, l.body_len, mask)?,
+                    ));
                 }
                 let Some((_, b)) = &body else { continue };
                 let bytes = entry_bytes(b, &l.span).map_err(io::Error::other)?;
@@ -459,12 +511,12 @@ impl Writer {
         if chunk.is_empty() {
             return Ok(());
         }
-        let framed =
+        let mut framed =
             Framed::encoded_entries(Kind::Relocated, group, chunk).map_err(io::Error::other)?;
         chunk.clear();
         let at = self.len;
-        self.append(&framed.bytes, false)?;
-        self.relocated.fetch_add(
+        self.append(&mut framed.bytes, false)?;
+        self.counters.relocated_bytes.fetch_add(
             framed.bytes.len() as u64,
             std::sync::atomic::Ordering::Relaxed,
         );
