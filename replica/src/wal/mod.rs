@@ -127,6 +127,7 @@ impl Wal {
                 ),
             ));
         }
+        segment::remove_reusable(dir)?;
         let tail = open_tail(dir, &mut state)?;
         let state = Arc::new(Mutex::new(state));
         let counters = Arc::new(Counters::default());
@@ -349,7 +350,7 @@ fn open_tail(dir: &Path, state: &mut WalState) -> io::Result<(u64, File, u64)> {
         std::fs::remove_file(segment::path(dir, id))?;
     }
     let id = state.segments.keys().next_back().map_or(1, |id| id + 1);
-    let created = segment::create(dir, id, &[], false)?;
+    let created = segment::create(dir, id, &[], None)?;
     state.segments.insert(
         id,
         Segment {

@@ -22,9 +22,11 @@
 //! byte after it is zero too; anything else there is a torn write and is
 //! cut off like any other.
 //!
-//! Reuse: a segment the groups no longer need is not deleted when no
-//! spare is ready; its file becomes the spare ([`SPARE`]) and the next
-//! segment is begun in it, over its old records. The blocks exist and were
+//! Reuse: a segment the groups no longer need is not deleted while fewer
+//! than [`REUSABLE`] wait to be reused; its file is renamed
+//! `<id>.reuse` ([`reuse_path`]) and a later segment is begun in it,
+//! over its old records (a zero-filled spare is begun in only while none
+//! waits). The blocks exist and were
 //! written, so the appends are overwrites as in a zero-filled spare, and
 //! nothing is written twice (zero-filling a spare wrote as many bytes as
 //! the log itself, and copying them into the page cache cost the store
@@ -38,7 +40,8 @@
 //! a torn write), so every older segment ends where its last record does,
 //! and damage there is still refused. A spare that an earlier run left
 //! (perhaps already holding the header of the segment it was to become)
-//! is never begun in: it is filled with zeros again or replaced.
+//! is never begun in: a zero-filled one is filled again, and reused ones
+//! are deleted when the log is opened ([`remove_reusable`]).
 
 use super::record::{
     FRAME_HEADER, MAX_BODY, SEGMENT_MAGIC, crc, mask, mask_for, mask_frames, parse_header,
@@ -50,6 +53,32 @@ use std::path::{Path, PathBuf};
 
 /// The file a segment is prepared in, zero-filled, before it is begun.
 pub const SPARE: &str = "spare.prep";
+
+/// Most segments kept to be reused at once (the file holds up to this
+/// many segments' worth more than the groups' logs and the slack).
+pub const REUSABLE: usize = 3;
+
+/// Where segment `id`'s file waits to be reused.
+pub fn reuse_path(dir: &Path, id: u64) -> PathBuf {
+    dir.join(format!("{id:020}.reuse"))
+}
+
+/// Delete every file waiting to be reused (at open: one may hold the
+/// header of a segment that was never begun, whose id the next segment
+/// gets again, so its records would pass the check).
+pub fn remove_reusable(dir: &Path) -> io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry
+            .file_name()
+            .to_str()
+            .is_some_and(|n| n.ends_with(".reuse"))
+        {
+            std::fs::remove_file(entry.path())?;
+        }
+    }
+    Ok(())
+}
 
 /// The file name of segment `id`.
 pub fn name(id: u64) -> String {
@@ -92,19 +121,19 @@ pub struct Created {
 
 /// Create segment `id` in `dir` holding its header and `first` (records
 /// framed, their CRCs not yet masked), synced, with the directory synced
-/// too. With `spare`, the segment is begun in the spare file (zero-filled
-/// by [`prepare_spare`], or a segment reused) and renamed into place;
+/// too. With `spare`, the segment is begun in that file (zero-filled by
+/// [`prepare_spare`], or a segment's, reused) and renamed into place;
 /// otherwise it is a new file that grows with every append.
-pub fn create(dir: &Path, id: u64, first: &[u8], spare: bool) -> io::Result<Created> {
+pub fn create(dir: &Path, id: u64, first: &[u8], spare: Option<&Path>) -> io::Result<Created> {
     let mut bytes = Vec::with_capacity(SEGMENT_MAGIC.len() + first.len());
     bytes.extend_from_slice(&SEGMENT_MAGIC);
     bytes.extend_from_slice(first);
     mask_frames(&mut bytes[SEGMENT_MAGIC.len()..], mask(id));
-    let file = if spare {
-        let file = OpenOptions::new().write(true).open(dir.join(SPARE))?;
+    let file = if let Some(spare) = spare {
+        let file = OpenOptions::new().write(true).open(spare)?;
         file.write_all_at(&bytes, 0)?;
         file.sync_data()?;
-        std::fs::rename(dir.join(SPARE), path(dir, id))?;
+        std::fs::rename(spare, path(dir, id))?;
         file
     } else {
         let mut file = OpenOptions::new()

@@ -290,6 +290,17 @@ fn a_torn_tail_is_cut_off_and_damage_elsewhere_refused() {
     assert_eq!(err.kind(), std::io::ErrorKind::InvalidData, "{err}");
 }
 
+/// How many segment files wait in `dir` to be reused.
+fn reusable(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir)
+        .expect("dir")
+        .filter(|e| {
+            e.as_ref()
+                .is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".reuse"))
+        })
+        .count()
+}
+
 /// The id of the segment at `path`.
 fn id_of(path: &std::path::Path) -> u64 {
     let name = path.file_name().and_then(|n| n.to_str()).expect("name");
@@ -393,7 +404,7 @@ fn a_reused_file_s_old_records_end_the_new_segment_where_its_own_do() {
     let b = record::Framed::vote(1, &Vote::new(5, 1)).expect("b").bytes;
     let c = record::Framed::vote(1, &Vote::new(6, 1)).expect("c").bytes;
     assert_eq!(a.len(), c.len());
-    let old = segment::create(dir.path(), 5, &[a, b].concat(), false).expect("5");
+    let old = segment::create(dir.path(), 5, &[a, b].concat(), None).expect("5");
     drop(old.file);
     let mut seen = 0;
     segment::scan(&segment::path(dir.path(), 5), 5, |_, _| {
@@ -402,12 +413,9 @@ fn a_reused_file_s_old_records_end_the_new_segment_where_its_own_do() {
     })
     .expect("scan 5");
     assert_eq!(seen, 2);
-    std::fs::rename(
-        segment::path(dir.path(), 5),
-        dir.path().join(segment::SPARE),
-    )
-    .expect("rename");
-    let new = segment::create(dir.path(), 6, &c, true).expect("6");
+    let reuse = segment::reuse_path(dir.path(), 5);
+    std::fs::rename(segment::path(dir.path(), 5), &reuse).expect("rename");
+    let new = segment::create(dir.path(), 6, &c, Some(&reuse)).expect("6");
     assert!(new.allocated > new.len, "begun over the old records");
     let mut bodies = Vec::new();
     let scan = segment::scan(&segment::path(dir.path(), 6), 6, |_, body| {
@@ -487,6 +495,7 @@ fn segments_no_group_needs_are_reused_and_what_reopens_is_exactly_what_was_kept(
     for round in 0..4u64 {
         rt.block_on(async {
             let wal = Wal::open_with(dir.path(), tiny()).expect("open");
+            assert_eq!(reusable(dir.path()), 0, "kept files are deleted at open");
             let mut log = wal.log(1);
             let kept: Vec<u64> = all(&mut log).await.iter().map(|e| e.log_id.index).collect();
             let from = (last + 1).saturating_sub(10).max(1);
@@ -503,6 +512,7 @@ fn segments_no_group_needs_are_reused_and_what_reopens_is_exactly_what_was_kept(
                 let newest = segment::path(dir.path(), *ids.last().expect("one"));
                 let scan = segment::scan(&newest, id_of(&newest), |_, _| Ok(())).expect("scan");
                 stale_tail_seen |= scan.damaged;
+                assert!(reusable(dir.path()) <= segment::REUSABLE);
             }
             last += 300;
             assert!(

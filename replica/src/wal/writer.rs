@@ -23,8 +23,8 @@
 //!
 //! Segments are preallocated: the next segment is begun in a spare file,
 //! so no sync has to write the file's new size. The spare is a segment no
-//! group needs any more, kept instead of deleted when collected
-//! ([`Writer::collect`]; see [`segment`], "Reuse"), or, while none is, a
+//! group needs any more, kept instead of deleted when collected (up to
+//! [`segment::REUSABLE`]; see [`segment`], "Reuse"), or, while none is, a
 //! file that a helper thread fills with zeros and syncs
 //! ([`segment::prepare_spare`]) once the segment being written holds
 //! [`PREPARE_AFTER`] bytes. A segment
@@ -137,6 +137,10 @@ pub struct Writer {
     /// What the segment's records' CRCs are stored XORed with.
     mask: u32,
     spare: Spare,
+    /// Files of segments no group needed, in the order they were kept
+    /// (of one collection, the newest first): the next segments are begun
+    /// in them, from the front, before the zero-filled spare.
+    reusable: std::collections::VecDeque<PathBuf>,
     failed: Option<String>,
     counters: Arc<Counters>,
 }
@@ -193,6 +197,7 @@ impl Writer {
             preallocated,
             mask,
             spare: Spare::None,
+            reusable: std::collections::VecDeque::new(),
             failed: None,
             counters,
         }
@@ -346,7 +351,7 @@ impl Writer {
                 Err(_) => Spare::Failed(self.segment),
             };
         }
-        matches!(self.spare, Spare::Ready)
+        !self.reusable.is_empty() || matches!(self.spare, Spare::Ready)
     }
 
     /// Start filling the spare file on a helper thread, unless one is
@@ -380,11 +385,16 @@ impl Writer {
         }
         let checkpoint = checkpoint(&lock(&self.state))?;
         let next = self.segment + 1;
-        let created = segment::create(&self.dir, next, &checkpoint, spare)?;
+        let begun_in = match (spare, self.reusable.pop_front()) {
+            (false, _) => None,
+            (true, Some(reused)) => Some(reused),
+            (true, None) => {
+                self.spare = Spare::None;
+                Some(self.dir.join(segment::SPARE))
+            }
+        };
+        let created = segment::create(&self.dir, next, &checkpoint, begun_in.as_deref())?;
         let (file, len) = (created.file, created.len);
-        if spare {
-            self.spare = Spare::None;
-        }
         let reader = File::open(segment::path(&self.dir, next))?;
         lock(&self.state).segments.insert(
             next,
@@ -421,11 +431,13 @@ impl Writer {
         if doomed.is_empty() {
             return Ok(());
         }
-        // The newest doomed segment is the likeliest still in the page cache.
+        // The newest doomed segments are the likeliest still in the page
+        // cache: they are kept first, and begun in first.
         for (id, doomed) in doomed.into_iter().rev() {
             if self.reusable(&doomed) {
-                std::fs::rename(segment::path(&self.dir, id), self.dir.join(segment::SPARE))?;
-                self.spare = Spare::Ready;
+                let reuse = segment::reuse_path(&self.dir, id);
+                std::fs::rename(segment::path(&self.dir, id), &reuse)?;
+                self.reusable.push_back(reuse);
                 self.counters
                     .reused_segments
                     .fetch_add(1, Ordering::Relaxed);
@@ -439,12 +451,13 @@ impl Writer {
     }
 
     /// Whether `doomed` (a segment no group needs, out of the state) may
-    /// become the spare: none is ready or being filled, nobody reads it
+    /// be kept to be reused: fewer than [`segment::REUSABLE`] are, nobody
+    /// reads it
     /// (a reader holds its file while it reads; it could not be handed
     /// out again, being out of the state), and it is a whole segment long,
     /// so the next segment is preallocated.
     fn reusable(&self, doomed: &super::state::Segment) -> bool {
-        matches!(self.spare, Spare::None | Spare::Failed(_))
+        self.reusable.len() < segment::REUSABLE
             && Arc::strong_count(&doomed.file) == 1
             && doomed
                 .file
