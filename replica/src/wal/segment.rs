@@ -29,9 +29,9 @@
 //! waits). The blocks exist and were
 //! written, so the appends are overwrites as in a zero-filled spare, and
 //! nothing is written twice (zero-filling a spare wrote as many bytes as
-//! the log itself, and copying them into the page cache cost the store
-//! nodes about as much CPU as the log thread did: docs/benchmarks.md,
-//! "Reused log segments"). The old records after the new ones never read
+//! the log itself, and in profiles under load copying them into the page
+//! cache cost the store nodes up to about as much CPU as the log thread:
+//! docs/benchmarks.md, "Reused log segments"). The old records after the new ones never read
 //! as the new segment's: every record's CRC is stored XORed with its
 //! segment's mask ([`super::record::mask`]), so an old record fails the
 //! check where a scan reaches it, which ends the segment there. Only the
