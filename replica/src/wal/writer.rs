@@ -254,7 +254,7 @@ impl Writer {
             [(_, _, only)] => self.append(&mut only.framed.bytes, sync),
             many => {
                 let mut joined = Vec::with_capacity(usize::try_from(at - self.len).unwrap_or(0));
-                for (_, _, p) in many.iter() {
+                for (_, _, p) in many {
                     joined.extend_from_slice(&p.framed.bytes);
                 }
                 self.append(&mut joined, sync)
@@ -385,13 +385,13 @@ impl Writer {
         }
         let checkpoint = checkpoint(&lock(&self.state))?;
         let next = self.segment + 1;
-        let begun_in = match (spare, self.reusable.pop_front()) {
-            (false, _) => None,
-            (true, Some(reused)) => Some(reused),
-            (true, None) => {
-                self.spare = Spare::None;
-                Some(self.dir.join(segment::SPARE))
-            }
+        let begun_in = if !spare {
+            None
+        } else if let Some(reused) = self.reusable.pop_front() {
+            Some(reused)
+        } else {
+            self.spare = Spare::None;
+            Some(self.dir.join(segment::SPARE))
         };
         let created = segment::create(&self.dir, next, &checkpoint, begun_in.as_deref())?;
         let (file, len) = (created.file, created.len);
